@@ -1,0 +1,131 @@
+// The one table of choir error codes.
+//
+// Each row: X(Name, number, retryable, summary, likely causes, fix).
+// Numbers are stable: never renumber or reuse a row; add new rows instead.
+// Ranges: 1xx bad input, 2xx rendezvous store, 3xx connections and transports,
+// 4xx collectives, 5xx system and internal, 6xx launcher and tools.
+// `docs/errors.md` and `choir doctor explain CODE` are generated from this
+// table (a test checks that the committed doc matches it).
+//
+// Thread-safety: constant data.
+#ifndef CHOIR_ERROR_CODES_H_
+#define CHOIR_ERROR_CODES_H_
+
+// clang-format off
+#define CHOIR_ERROR_CODES(X)                                                                     \
+  X(Ok, 0, false, "Success.", "-", "-")                                                          \
+  X(InvalidArgument, 100, false, "An argument passed to choir is invalid.",                      \
+    "A count, size, root, split or option value outside its allowed range.",                    \
+    "Read the message: it names the argument and the allowed range; fix the call.")             \
+  X(InvalidWorldSize, 101, false, "The world size is not a positive number.",                    \
+    "WORLD_SIZE unset or <= 0; a launcher that did not export it; a typo in -n.",               \
+    "Start ranks with `choir run -n N` or set WORLD_SIZE to the number of ranks (>= 1).")       \
+  X(InvalidRank, 102, false, "A rank is outside [0, world size).",                               \
+    "RANK unset or wrong; a peer rank in Send/Recv/root beyond the communicator size.",         \
+    "Use ranks 0..size-1 of the communicator the call is made on.")                             \
+  X(NullBuffer, 103, false, "A null buffer was passed with a nonzero count.",                    \
+    "An unallocated tensor or vector; a buffer freed before the call.",                        \
+    "Pass a valid buffer, or a count of 0.")                                                    \
+  X(UnsupportedOp, 104, false, "This reduce operation is not defined for this data type.",       \
+    "Bitwise ops (band/bor/bxor) on floating-point data; an unknown op or dtype value.",        \
+    "Use sum/prod/min/max/avg for floating-point types; bitwise ops only on integers.")         \
+  X(InvalidSetting, 105, false, "A CHOIR_* setting has a value that cannot be used.",            \
+    "A typo in an environment variable or config file; a value of the wrong type or range.",    \
+    "Run `choir doctor params` to see every setting, its type and where its value came from.")  \
+  X(BadConfigFile, 106, false, "The choir config file cannot be read or parsed.",                \
+    "CHOIR_CONFIG_FILE points to a missing file or a line that is not KEY=VALUE.",              \
+    "Fix the line the message names, or unset CHOIR_CONFIG_FILE.")                              \
+  X(BufferTooSmall, 107, false, "A buffer or split list does not match the counts given.",       \
+    "Split sizes that do not add up to the buffer; a counts vector of the wrong length.",       \
+    "Make counts/splits have one entry per rank and sum to the buffer length.")                 \
+  X(StoreTimeout, 200, true, "Waiting for keys in the rendezvous store timed out.",              \
+    "Some ranks never started or crashed before rendezvous; a wrong MASTER_ADDR/PORT; "         \
+    "WORLD_SIZE larger than the number of ranks started.",                                      \
+    "Check that every rank was started with the same job settings; the message lists the "     \
+    "missing keys/ranks. Raise CHOIR_TIMEOUT if ranks start slowly.")                           \
+  X(StoreUnreachable, 201, true, "The rendezvous store server cannot be reached.",               \
+    "The launcher (or rank 0) is not running; wrong address or port; a firewall; the store "    \
+    "host picked an interface peers cannot route to.",                                          \
+    "Check MASTER_ADDR/MASTER_PORT (or CHOIR_STORE_ADDR) and that the store host is up and "    \
+    "reachable (`choir doctor`).")                                                              \
+  X(StoreProtocol, 202, false, "The store answered with something choir does not understand.",   \
+    "The address belongs to another service; a store of another choir version or job.",        \
+    "Point the store address at a choir store (`choir run` hosts one) of the same version.")    \
+  X(KeyNotFound, 203, false, "A store key does not exist.",                                      \
+    "Reading a key nobody set; a key deleted by another rank.",                                 \
+    "Use Wait() for keys that appear later; check the key name.")                               \
+  X(StoreIo, 204, true, "The file store cannot read or write its file.",                         \
+    "The directory does not exist, is not writable, or is full.",                               \
+    "Use a path on a writable, shared file system that every rank can reach.")                  \
+  X(ConnectTimeout, 300, true, "Connecting to a peer did not finish before the deadline.",       \
+    "The peer crashed or is stuck before listening; a firewall drops packets; the address "     \
+    "published by the peer is not reachable from here (wrong interface).",                      \
+    "Check the address in the message; choose the interface with CHOIR_SOCKET_IFNAME; "        \
+    "run `choir doctor` on both hosts.")                                                        \
+  X(ConnectRefused, 301, true, "A peer refused the connection.",                                 \
+    "Nothing listens at the peer address (peer exited); the port is blocked with a reset.",     \
+    "Check that the peer is alive and that the port range is open between the hosts.")          \
+  X(VersionMismatch, 302, false, "A peer speaks another choir protocol version.",                \
+    "Nodes run different choir builds (version drift between hosts).",                          \
+    "Install the same choir version on every host; `choir doctor --cluster` shows the diff.")   \
+  X(JobMismatch, 303, false, "A peer or store belongs to another job.",                          \
+    "Two jobs share a store address or port; a stale process from an earlier run.",             \
+    "Give each job its own port or CHOIR_JOB_ID; stop stale processes of earlier runs.")        \
+  X(PeerLost, 304, false, "A peer closed its connection or exited during communication.",        \
+    "The peer process crashed, was killed (OOM, signal) or called Abort; its host went down.",  \
+    "Look at the peer's own log (the message names its rank, host and pid) for the first "      \
+    "failure; the surviving ranks must be restarted.")                                          \
+  X(ShmError, 305, true, "A shared-memory segment cannot be created or mapped.",                 \
+    "/dev/shm is full or too small (containers default to 64 MB); a leftover segment.",         \
+    "Enlarge /dev/shm (docker --shm-size), free space in it, or force CHOIR_TRANSPORT=tcp.")    \
+  X(SocketError, 306, true, "A socket operation failed.",                                        \
+    "Out of file descriptors; no route to the peer; the interface went down.",                  \
+    "Read the system error in the message; raise `ulimit -n`; check links with `choir doctor`.")\
+  X(AddressInUse, 307, true, "The address or port is already in use.",                          \
+    "A stale process from an earlier run still holds the port; two jobs use one port.",         \
+    "Find the holder with `ss -ltnp 'sport = :PORT'` and stop it, or pick another port.")       \
+  X(InterfaceNotFound, 308, false, "No network interface matches the interface setting.",        \
+    "CHOIR_SOCKET_IFNAME names an interface that does not exist or has no IPv4 address.",       \
+    "List interfaces with `ip -br addr`; fix CHOIR_SOCKET_IFNAME (prefix, ^exclude, =exact).")  \
+  X(ProtocolError, 309, false, "A peer sent a message that breaks the wire protocol.",           \
+    "Memory corruption in a peer; a non-choir process connected to a choir port.",              \
+    "Make sure only choir ranks of this job connect to its ports; report a bug if it repeats.") \
+  X(AuthFailed, 310, false, "A peer or store failed authentication.",                            \
+    "The shared secret differs between ranks; a foreign process tried to join the job.",        \
+    "Give every rank the same CHOIR_AUTH_SECRET (the launcher does this for you).")             \
+  X(CollectiveTimeout, 400, true, "A collective did not complete before its deadline.",          \
+    "A peer is slow, stuck in other code, or never issued this collective; a deadlock in the "  \
+    "application (ranks call collectives in different orders).",                                \
+    "The message lists the ranks not heard from and the sequence number each rank reached; "   \
+    "look at what those ranks were doing. Raise CHOIR_TIMEOUT only if they are merely slow.")   \
+  X(CollectiveMismatch, 401, false, "Ranks called different collectives at the same step.",      \
+    "A data-dependent branch makes ranks call a different op, count, dtype, root or order.",    \
+    "Compare the two signatures in the message and make every rank issue the same "            \
+    "collectives in the same order with the same arguments.")                                   \
+  X(Aborted, 402, false, "The communicator was aborted.",                                        \
+    "Abort() was called on this rank or on a peer (which propagates it).",                      \
+    "Create a new communicator; the aborted one cannot be used again.")                         \
+  X(RemoteError, 403, false, "A peer failed and told this rank why.",                            \
+    "Another rank hit an error (its code and message follow) and aborted the communicator.",    \
+    "Fix the first error, reported by the rank named in the message.")                          \
+  X(Internal, 500, false, "An internal invariant of choir was violated.",                        \
+    "A bug in choir.",                                                                          \
+    "Report it with the full message, the choir version and `choir doctor` output.")            \
+  X(SystemError, 501, true, "A system call failed.",                                             \
+    "Resource limits (memory, file descriptors, processes); permissions.",                      \
+    "Read the errno text in the message; check limits with `choir doctor`.")                    \
+  X(NotSupported, 502, false, "The operation is not supported in this build or configuration.", \
+    "A feature compiled out, or a transport that cannot carry this operation.",                 \
+    "Read the message for the supported alternative.")                                          \
+  X(RankFailed, 600, false, "A rank started by the launcher failed.",                           \
+    "The rank's program exited with a nonzero code or was killed by a signal.",                 \
+    "Read that rank's output (lines prefixed with its rank) for the first error.")              \
+  X(LaunchFailed, 601, false, "The launcher could not start a rank.",                            \
+    "The program does not exist or is not executable; too many processes.",                    \
+    "Check the program path and arguments after `--`.")                                        \
+  X(UsageError, 602, false, "A command-line flag or argument is wrong.",                         \
+    "A misspelled flag, a missing value, a value out of range.",                                \
+    "Run the command with --help to see its flags.")
+// clang-format on
+
+#endif  // CHOIR_ERROR_CODES_H_

@@ -1,0 +1,23 @@
+// choir version and build identity, exchanged between ranks at start-up so
+// that version drift between hosts is found before it causes trouble.
+//
+// Thread-safety: constant data.
+#ifndef CHOIR_VERSION_H_
+#define CHOIR_VERSION_H_
+
+namespace choir {
+
+inline constexpr int kVersionMajor = 0;
+inline constexpr int kVersionMinor = 1;
+inline constexpr int kVersionPatch = 0;
+inline constexpr const char* kVersionString = "0.1.0";
+// Version of the bytes on the wire (store protocol, peer handshake, message
+// headers). Peers with another protocol version refuse each other.
+inline constexpr int kProtocolVersion = 1;
+
+// "0.1.0 (RelWithDebInfo, gcc 12.2.0, asan=off)".
+const char* BuildString();
+
+}  // namespace choir
+
+#endif  // CHOIR_VERSION_H_

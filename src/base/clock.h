@@ -1,0 +1,60 @@
+// Monotonic time and deadlines. Every blocking step in choir takes a Deadline.
+//
+// Thread-safety: values; Now() is safe from any thread.
+#ifndef CHOIR_BASE_CLOCK_H_
+#define CHOIR_BASE_CLOCK_H_
+
+#include <chrono>
+#include <cstdint>
+#include <ctime>
+
+namespace choir {
+
+using Clock = std::chrono::steady_clock;
+
+inline int64_t NowNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+inline double NowSeconds() { return static_cast<double>(NowNanos()) * 1e-9; }
+
+// A point in time after which a blocking call gives up. Infinite() never expires.
+class Deadline {
+ public:
+  static Deadline Infinite() { return Deadline(INT64_MAX); }
+  static Deadline AfterSeconds(double seconds) {
+    if (seconds <= 0) return Deadline(NowNanos());
+    if (seconds > 1e9) return Infinite();
+    return Deadline(NowNanos() + static_cast<int64_t>(seconds * 1e9));
+  }
+  static Deadline AtNanos(int64_t ns) { return Deadline(ns); }
+
+  bool infinite() const { return at_ns_ == INT64_MAX; }
+  bool Expired() const { return !infinite() && NowNanos() >= at_ns_; }
+  int64_t at_nanos() const { return at_ns_; }
+  // Nanoseconds left (0 when expired, INT64_MAX when infinite).
+  int64_t RemainingNanos() const {
+    if (infinite()) return INT64_MAX;
+    const int64_t left = at_ns_ - NowNanos();
+    return left > 0 ? left : 0;
+  }
+  // Milliseconds left for poll()/epoll_wait(): -1 when infinite, rounded up otherwise,
+  // capped at `cap_ms` so callers wake periodically to check other conditions.
+  int PollTimeoutMs(int cap_ms = -1) const {
+    if (infinite()) return cap_ms;
+    const int64_t ms = (RemainingNanos() + 999999) / 1000000;
+    if (cap_ms >= 0 && ms > cap_ms) return cap_ms;
+    return static_cast<int>(ms);
+  }
+  static Deadline Earlier(Deadline a, Deadline b) { return a.at_ns_ < b.at_ns_ ? a : b; }
+
+ private:
+  explicit Deadline(int64_t at_ns) : at_ns_(at_ns) {}
+  int64_t at_ns_;
+};
+
+}  // namespace choir
+
+#endif  // CHOIR_BASE_CLOCK_H_
