@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <vector>
 
 #include "choir/communicator.h"
 
@@ -20,19 +21,19 @@ struct Work::State {
   std::atomic<bool> done{false};
   Status status;
   WorkInfo info;
-  std::function<void()> on_complete;  // set by integrations before the op may finish
+  std::vector<std::function<void(const Status&)>> callbacks;  // Work::Then
 
   void Complete(Status s, WorkInfo i) {
-    std::function<void()> callback;
+    std::vector<std::function<void(const Status&)>> run;
     {
       std::lock_guard<std::mutex> lock(mu);
       status = std::move(s);
       info = std::move(i);
       done.store(true, std::memory_order_release);
-      callback = std::move(on_complete);
+      run.swap(callbacks);
     }
     cv.notify_all();
-    if (callback) callback();
+    for (auto& callback : run) callback(status);
   }
 };
 
