@@ -83,7 +83,8 @@ class Work {
   WorkInfo info() const;
   // Calls `callback` with the final status once the operation finishes: at once
   // (on this thread) if it already has, otherwise on the thread that completes
-  // it. The callback must not block; it may issue new operations.
+  // it. Wait() returns only after callbacks registered before completion ran.
+  // The callback must not block or wait for this Work; it may issue new operations.
   void Then(std::function<void(const Status&)> callback) const;
 
   struct State;

@@ -23,17 +23,23 @@ struct Work::State {
   WorkInfo info;
   std::vector<std::function<void(const Status&)>> callbacks;  // Work::Then
 
+  // Callbacks run before waiters are released, so that once Wait() returns
+  // every callback registered before completion has finished.
   void Complete(Status s, WorkInfo i) {
-    std::vector<std::function<void(const Status&)>> run;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      status = std::move(s);
-      info = std::move(i);
-      done.store(true, std::memory_order_release);
+    std::unique_lock<std::mutex> lock(mu);
+    status = std::move(s);
+    info = std::move(i);
+    while (!callbacks.empty()) {
+      std::vector<std::function<void(const Status&)>> run;
       run.swap(callbacks);
+      const Status final_status = status;
+      lock.unlock();
+      for (auto& callback : run) callback(final_status);
+      lock.lock();
     }
+    done.store(true, std::memory_order_release);
+    lock.unlock();
     cv.notify_all();
-    for (auto& callback : run) callback(status);
   }
 };
 
