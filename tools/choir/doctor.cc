@@ -7,14 +7,14 @@
 // Host and cluster checks join this group later, each as its own file.
 //
 // Thread-safety: runs on the main thread only.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "choir/settings.h"
 #include "choir/status.h"

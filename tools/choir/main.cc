@@ -44,8 +44,9 @@ int Main(int argc, char** argv) {
 
   // Parents sort before their children ("doctor" < "doctor params").
   std::vector<SubcommandSpec> specs = RegisteredSubcommands();
-  std::stable_sort(specs.begin(), specs.end(),
-                   [](const SubcommandSpec& a, const SubcommandSpec& b) { return a.path < b.path; });
+  std::stable_sort(
+      specs.begin(), specs.end(),
+      [](const SubcommandSpec& a, const SubcommandSpec& b) { return a.path < b.path; });
 
   std::map<std::string, CLI::App*> apps_by_path;
   std::map<const CLI::App*, std::unique_ptr<Subcommand>> commands;

@@ -1,8 +1,8 @@
 #include "subcommand.h"
 
-#include <cstdio>
-
 #include <fmt/format.h>
+
+#include <cstdio>
 
 namespace choir::cli {
 namespace {
@@ -33,8 +33,8 @@ std::string CommandPath(const CLI::App& app) {
 
 int ReportUsageError(const CLI::App& app, std::string_view what) {
   const Status status(Code::kUsageError, std::string(what));
-  fmt::print(stderr, "{}\nRun '{} --help' to see the flags and arguments.\n",
-             status.ToString(), CommandPath(app));
+  fmt::print(stderr, "{}\nRun '{} --help' to see the flags and arguments.\n", status.ToString(),
+             CommandPath(app));
   return kExitUsage;
 }
 

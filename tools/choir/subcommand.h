@@ -23,7 +23,6 @@
 #define CHOIR_TOOLS_CHOIR_SUBCOMMAND_H_
 
 #include <CLI/CLI.hpp>
-
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,8 +55,8 @@ class Subcommand {
 using SubcommandFactory = std::unique_ptr<Subcommand> (*)();
 
 struct SubcommandSpec {
-  std::string path;         // "run", "doctor params"
-  std::string description;  // one line for --help
+  std::string path;           // "run", "doctor params"
+  std::string description;    // one line for --help
   SubcommandFactory factory;  // nullptr for a group that only holds subcommands
 };
 
@@ -91,12 +90,11 @@ bool IsSetByUser(const SettingInfo& setting);
 
 // Registers `Class` (default-constructible, derived from Subcommand) as the
 // subcommand at `path`.
-#define CHOIR_REGISTER_SUBCOMMAND(Class, path, description)                           \
-  static const ::choir::cli::SubcommandRegistration CHOIR_CLI_CONCAT(                 \
-      choir_subcommand_registration_, __LINE__)(                                      \
-      path, description, []() -> std::unique_ptr<::choir::cli::Subcommand> {         \
-        return std::make_unique<Class>();                                             \
-      })
+#define CHOIR_REGISTER_SUBCOMMAND(Class, path, description)           \
+  static const ::choir::cli::SubcommandRegistration CHOIR_CLI_CONCAT( \
+      choir_subcommand_registration_, __LINE__)(                      \
+      path, description,                                              \
+      []() -> std::unique_ptr<::choir::cli::Subcommand> { return std::make_unique<Class>(); })
 
 // Declares a command that only groups subcommands ("doctor"); running it
 // without one of them is a usage error.
