@@ -7,9 +7,11 @@
 // `choir run` or by rank 0, with a handshake carrying protocol version, job id
 // and rank) and a prefix wrapper that gives each communicator its own key space.
 //
-// Values are arbitrary bytes held in std::string. Get() does not block;
-// Wait() blocks until every key exists or the timeout expires, and then names
-// the keys that are still missing.
+// Keys and values are arbitrary bytes held in std::string. Get() does not
+// block; Wait() blocks until every key exists or the timeout expires, and then
+// names the keys that are still missing. Every store enforces the same limits
+// (InvalidArgument beyond them): keys up to 4 KiB, values up to 64 MiB, up to
+// 65536 keys per Wait/Check.
 //
 // Thread-safety: every Store implementation may be used from many threads at once.
 #ifndef CHOIR_STORE_H_
@@ -36,7 +38,8 @@ class Store {
   // returns the new value. The value is stored as decimal text.
   virtual Result<int64_t> Add(const std::string& key, int64_t delta) = 0;
   // If the key's current value equals `expected` (or the key is missing and
-  // `expected` is empty), stores `desired`. Returns the value after the call.
+  // `expected` is empty), stores `desired`. Returns the value after the call
+  // ("" when the key is still missing).
   virtual Result<std::string> CompareSet(const std::string& key, const std::string& expected,
                                          const std::string& desired) = 0;
   // Returns whether the key existed.
@@ -87,6 +90,14 @@ struct TcpStoreClientOptions {
   std::chrono::milliseconds timeout{30000};
 };
 
+// One connection, one request at a time: while a Wait is outstanding, other
+// threads using the same client queue behind it (use a second client to Set
+// while waiting). A refused handshake reports the server's code (JobMismatch,
+// VersionMismatch); a server that cannot be reached gives StoreUnreachable, one
+// that stops answering StoreTimeout, one that goes away PeerLost. After such a
+// connection failure the client does not reconnect (a retried Add could apply
+// twice): later calls fail at once with StoreUnreachable. Protocol:
+// docs/protocols.md, "Rendezvous store protocol".
 Result<std::shared_ptr<Store>> ConnectTcpStore(const TcpStoreClientOptions& options);
 
 }  // namespace choir

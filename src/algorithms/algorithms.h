@@ -1,0 +1,54 @@
+// Every collective algorithm choir has, one function per file, and the table
+// that names them. Selection (select.h) picks one per operation.
+//
+// All algorithms have the same shape: they read OpArgs (buffers, counts,
+// root) and move data through the Context; they never touch sockets or rings
+// directly. Each file's first line states its cost in steps (latency terms)
+// and bytes sent per rank, with n ranks and N bytes.
+//
+// Thread-safety: stateless functions.
+#ifndef CHOIR_ALGORITHMS_ALGORITHMS_H_
+#define CHOIR_ALGORITHMS_ALGORITHMS_H_
+
+#include <string_view>
+#include <vector>
+
+#include "algorithms/context.h"
+#include "algorithms/op.h"
+#include "choir/status.h"
+
+namespace choir::algorithms {
+
+using AlgoFn = Status (*)(Context& ctx, const OpArgs& args);
+
+struct Algorithm {
+  const char* name;   // unique per collective, shown by `choir perf` and in logs
+  CollKind kind;
+  AlgoFn fn;
+  const char* cost;   // the cost line, for `choir topo` and docs
+};
+
+// Every algorithm, grouped by collective.
+const std::vector<Algorithm>& AllAlgorithms();
+const Algorithm* FindAlgorithm(CollKind kind, std::string_view name);
+
+Status AllreduceRing(Context& c, const OpArgs& a);
+Status AllreduceRecursiveDoubling(Context& c, const OpArgs& a);
+Status ReduceScatterRing(Context& c, const OpArgs& a);
+Status AllgatherRing(Context& c, const OpArgs& a);  // also AllgatherV
+Status BroadcastBinomial(Context& c, const OpArgs& a);
+Status ReduceBinomial(Context& c, const OpArgs& a);
+Status GatherLinear(Context& c, const OpArgs& a);
+Status ScatterLinear(Context& c, const OpArgs& a);
+Status AlltoallPairwise(Context& c, const OpArgs& a);  // also AlltoallV
+Status BarrierDissemination(Context& c, const OpArgs& a);
+
+// Shared helpers.
+// dst <- src when they differ (no-op for in-place calls).
+void CopyIfDistinct(void* dst, const void* src, size_t bytes);
+// Divides `count` elements by the group size when the reduce op is avg.
+void FinishAverage(const Context& c, void* data, size_t count);
+
+}  // namespace choir::algorithms
+
+#endif  // CHOIR_ALGORITHMS_ALGORITHMS_H_

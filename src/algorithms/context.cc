@@ -1,0 +1,83 @@
+#include "algorithms/context.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+namespace choir::algorithms {
+
+uint8_t* Scratch::Get(size_t bytes) {
+  if (bytes > size_) {
+    std::free(data_);
+    const size_t rounded = (bytes + 4095) / 4096 * 4096;
+    data_ = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
+    size_ = data_ == nullptr ? 0 : rounded;
+  }
+  return data_;
+}
+
+Scratch::~Scratch() { std::free(data_); }
+
+Context::Context(transport::Endpoint& endpoint, const transport::RunHooks& hooks, uint64_t seq,
+                 const Signature& signature, const OpArgs& args, Scratch& scratch)
+    : endpoint_(&endpoint),
+      hooks_(&hooks),
+      seq_(seq),
+      sig_word_(signature.PackedWord()),
+      sig_count_(signature.count),
+      dtype_(args.dtype),
+      op_(args.op),
+      elem_size_(DataTypeSize(args.dtype)),
+      reduce_(args.reduces() ? kernels::GetReduceFn(args.dtype, args.op) : nullptr),
+      scratch_(&scratch),
+      rank_(endpoint.rank()) {}
+
+Context Context::Subgroup(std::vector<int> ranks) const {
+  Context sub = *this;
+  const int me = CommRank(rank_);
+  sub.rank_ = static_cast<int>(std::find(ranks.begin(), ranks.end(), me) - ranks.begin());
+  sub.ranks_ = std::move(ranks);
+  return sub;
+}
+
+transport::MsgHeader Context::Header(size_t bytes) {
+  transport::MsgHeader h;
+  h.kind = static_cast<uint32_t>(transport::MsgKind::kCollective);
+  h.seq = seq_;
+  h.sig = sig_word_;
+  h.count = sig_count_;
+  h.length = bytes;
+  h.aux = step_++;
+  return h;
+}
+
+transport::Xfer Context::Send(int to, const void* data, size_t bytes) {
+  return transport::Xfer::Send(CommRank(to), Header(bytes), data);
+}
+
+transport::Xfer Context::Recv(int from, void* data, size_t bytes) {
+  return transport::Xfer::Recv(CommRank(from), Header(bytes), data);
+}
+
+transport::Xfer Context::RecvReduce(int from, void* dst, size_t bytes, const void* operand) {
+  return transport::Xfer::RecvReduce(CommRank(from), Header(bytes), dst, reduce_, elem_size_, operand);
+}
+
+Result<uint8_t*> Context::ScratchBytes(size_t bytes) {
+  uint8_t* p = scratch_->Get(std::max<size_t>(bytes, 64));
+  if (p == nullptr) {
+    return Status(Code::kSystemError, "cannot allocate " + std::to_string(bytes) +
+                                          " bytes of scratch memory for the collective");
+  }
+  return p;
+}
+
+Status Context::Run(std::span<transport::Xfer> xfers) { return endpoint_->Run(xfers, *hooks_); }
+
+Status Context::Run(std::initializer_list<transport::Xfer> xfers) {
+  std::vector<transport::Xfer> v(xfers);
+  return endpoint_->Run(v, *hooks_);
+}
+
+}  // namespace choir::algorithms

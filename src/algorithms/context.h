@@ -1,0 +1,86 @@
+// The view of one collective that an algorithm works with: its rank and size
+// within the group it runs on, the transport endpoint, and helpers that build
+// messages already stamped with the collective's sequence number and
+// signature.
+//
+// A Context may cover a sub-group of the communicator (hierarchical
+// algorithms compose per-host and cross-host steps): `ranks` maps group ranks
+// to communicator ranks and every message keeps the parent's sequence number.
+//
+// Thread-safety: used by the one thread executing the operation.
+#ifndef CHOIR_ALGORITHMS_CONTEXT_H_
+#define CHOIR_ALGORITHMS_CONTEXT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include "algorithms/op.h"
+#include "kernels/reduce.h"
+#include "transport/endpoint.h"
+
+namespace choir::algorithms {
+
+// Growable scratch memory owned by the communicator, reused across operations.
+class Scratch {
+ public:
+  // At least `bytes` bytes, 64-byte aligned, valid until the next Get with a
+  // larger size; null when memory is exhausted.
+  uint8_t* Get(size_t bytes);
+  ~Scratch();
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class Context {
+ public:
+  Context(transport::Endpoint& endpoint, const transport::RunHooks& hooks, uint64_t seq,
+          const Signature& signature, const OpArgs& args, Scratch& scratch);
+  // A sub-group view: `ranks` lists the communicator ranks of the group in group order.
+  Context Subgroup(std::vector<int> ranks) const;
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(ranks_.empty() ? endpoint_->size() : ranks_.size()); }
+  int CommRank(int group_rank) const { return ranks_.empty() ? group_rank : ranks_[static_cast<size_t>(group_rank)]; }
+
+  DataType dtype() const { return dtype_; }
+  ReduceOp op() const { return op_; }
+  size_t elem_size() const { return elem_size_; }
+  kernels::ReduceFn reduce() const { return reduce_; }
+
+  transport::Xfer Send(int to, const void* data, size_t bytes);
+  transport::Xfer Recv(int from, void* data, size_t bytes);
+  // dst = operand op incoming (operand defaults to dst).
+  transport::Xfer RecvReduce(int from, void* dst, size_t bytes, const void* operand = nullptr);
+
+  Status Run(std::span<transport::Xfer> xfers);
+  Status Run(std::initializer_list<transport::Xfer> xfers);
+
+  // Scratch memory for this operation (SystemError when memory is exhausted).
+  Result<uint8_t*> ScratchBytes(size_t bytes);
+
+ private:
+  transport::MsgHeader Header(size_t bytes);
+
+  transport::Endpoint* endpoint_;
+  const transport::RunHooks* hooks_;
+  uint64_t seq_;
+  uint64_t sig_word_;
+  uint64_t sig_count_;
+  DataType dtype_;
+  ReduceOp op_;
+  size_t elem_size_;
+  kernels::ReduceFn reduce_;
+  Scratch* scratch_;
+  std::vector<int> ranks_;  // empty: identity over the whole communicator
+  int rank_;
+  uint64_t step_ = 0;
+};
+
+}  // namespace choir::algorithms
+
+#endif  // CHOIR_ALGORITHMS_CONTEXT_H_

@@ -1,0 +1,245 @@
+// Creating a communicator: settings, rendezvous through the store (every rank
+// publishes who and where it is), identity checks, and links to every peer.
+#include <sched.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "base/logging.h"
+#include "base/socket.h"
+#include "base/strings.h"
+#include "choir/settings.h"
+#include "choir/version.h"
+#include "comm/comm_impl.h"
+#include "params/params.h"
+#include "transport/tcp/interfaces.h"
+
+namespace choir::comm {
+namespace {
+
+using json = nlohmann::json;
+
+std::chrono::milliseconds Remaining(Deadline d) {
+  return std::chrono::milliseconds(std::max<int64_t>(1, d.RemainingNanos() / 1000000));
+}
+
+std::string DetectHostId() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string boot;
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::getline(in, boot);
+  return std::string(host) + "/" + boot.substr(0, 8);
+}
+
+void WarnUnknownSettingsOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const std::string& name : UnknownSettingsInEnvironment()) {
+      CHOIR_LOG(Warn, PARAMS, "{} is not a choir setting (typo?); `choir doctor params` lists them", name);
+    }
+  });
+}
+
+Result<CommConfig> ResolveConfig(const CommOptions& options) {
+  CHOIR_RETURN_IF_ERROR(params::CheckAll());
+  CommConfig c;
+  c.name = options.name.empty() ? "world" : options.name;
+  c.job_id = options.job_id.empty() ? params::GetString(params::Id::kJobId) : options.job_id;
+  c.host_id = options.host_id.empty() ? params::GetString(params::Id::kHostId) : options.host_id;
+  if (c.host_id.empty()) c.host_id = DetectHostId();
+  c.timeout_seconds = options.timeout.count() > 0 ? static_cast<double>(options.timeout.count()) / 1000
+                                                  : params::GetSeconds(params::Id::kTimeout);
+  if (c.timeout_seconds <= 0) c.timeout_seconds = 1e9;
+  const std::string transport =
+      options.transport.empty() ? params::GetString(params::Id::kTransport) : options.transport;
+  if (transport == "auto") {
+    c.transport = transport::TransportChoice::kAuto;
+  } else if (transport == "tcp") {
+    c.transport = transport::TransportChoice::kTcp;
+  } else if (transport == "shm") {
+    c.transport = transport::TransportChoice::kShm;
+  } else {
+    return InvalidArgument("transport '" + transport + "' is not one of auto, tcp, shm");
+  }
+  const std::string mismatch = params::GetString(params::Id::kMismatchCheck);
+  c.mismatch = mismatch == "off" ? MismatchCheck::kOff
+                                 : mismatch == "full" ? MismatchCheck::kFull : MismatchCheck::kHeaders;
+  c.stall_seconds = params::GetSeconds(params::Id::kStallSeconds);
+  c.async_bytes = params::GetBytes(params::Id::kAsyncBytes);
+  c.select.small_bytes = params::GetBytes(params::Id::kSmallBytes);
+  CHOIR_ASSIGN_OR_RETURN(c.select.rules,
+                         algorithms::ParseAlgoRules(params::GetString(params::Id::kAlgo)));
+  return c;
+}
+
+// The address peers should connect to for this rank.
+Result<std::string> ChooseListenAddress() {
+  const std::string forced = params::GetString(params::Id::kListenAddr);
+  if (!forced.empty()) return forced;
+  const std::string ifname = params::GetString(params::Id::kSocketIfname);
+  if (!ifname.empty()) {
+    CHOIR_ASSIGN_OR_RETURN(transport::Interface iface,
+                           transport::FindInterface(ifname, transport::ListInterfaces()));
+    return iface.address;
+  }
+  std::string host = params::GetString(params::Id::kMasterAddr);
+  const std::string store_addr = params::GetString(params::Id::kStoreAddr);
+  int port = 0;
+  if (!store_addr.empty()) net::SplitHostPort(store_addr, &host, &port).IgnoreError();
+  auto source = transport::SourceAddressFor(host);
+  return source.ok() ? *source : std::string("127.0.0.1");
+}
+
+json MakeHello(const CommConfig& c, int rank, int size, const std::string& address) {
+  return json{{"protocol", kProtocolVersion},
+              {"version", kVersionString},
+              {"build", BuildString()},
+              {"job", c.job_id},
+              {"rank", rank},
+              {"size", size},
+              {"host", c.host_id},
+              {"pid", static_cast<int>(getpid())},
+              {"addr", address},
+              {"transport", transport::TransportChoiceName(c.transport)}};
+}
+
+// Parses and checks a peer's hello against ours.
+Result<transport::PeerInfo> CheckHello(const std::string& text, const json& mine, int expected_rank) {
+  const json h = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const std::string who = "rank " + std::to_string(expected_rank);
+  if (h.is_discarded() || !h.is_object() || !h.contains("protocol") || !h["protocol"].is_number_integer()) {
+    return Status(Code::kStoreProtocol, who + " published an unreadable hello: '" + text.substr(0, 200) + "'");
+  }
+  if (h["protocol"] != mine["protocol"]) {
+    return Status(Code::kVersionMismatch,
+                  who + " speaks choir protocol " + h["protocol"].dump() + " (choir " +
+                      h.value("version", std::string("?")) + ") but this rank speaks " +
+                      mine["protocol"].dump() + " (choir " + kVersionString +
+                      "); install the same choir version everywhere");
+  }
+  try {
+    if (h.at("version") != mine["version"]) {
+      return Status(Code::kVersionMismatch, who + " runs choir " + h.at("version").get<std::string>() +
+                                                " but this rank runs " + kVersionString +
+                                                "; install the same choir version on every host");
+    }
+    if (h.at("job") != mine["job"]) {
+      return Status(Code::kJobMismatch, who + " belongs to job '" + h.at("job").get<std::string>() +
+                                            "' but this rank to '" + mine["job"].get<std::string>() +
+                                            "'; two jobs share one store, or CHOIR_JOB_ID differs");
+    }
+    if (h.at("size") != mine["size"]) {
+      return Status(Code::kInvalidWorldSize, who + " was started with world size " + h.at("size").dump() +
+                                                 " but this rank with " + mine["size"].dump());
+    }
+    if (h.at("build") != mine["build"]) {
+      CHOIR_LOG(Warn, INIT, "{} was built as '{}', this rank as '{}'", who,
+                h.at("build").get<std::string>(), mine["build"].get<std::string>());
+    }
+    transport::PeerInfo p;
+    p.rank = h.at("rank").get<int>();
+    if (p.rank != expected_rank) {
+      return Status(Code::kStoreProtocol, "hello of rank " + std::to_string(expected_rank) +
+                                              " claims rank " + std::to_string(p.rank));
+    }
+    p.host_id = h.at("host").get<std::string>();
+    p.pid = h.at("pid").get<int>();
+    p.address = h.at("addr").get<std::string>();
+    const std::string t = h.at("transport").get<std::string>();
+    p.choice = t == "tcp" ? transport::TransportChoice::kTcp
+                          : t == "shm" ? transport::TransportChoice::kShm : transport::TransportChoice::kAuto;
+    return p;
+  } catch (const json::exception& e) {
+    return Status(Code::kStoreProtocol, who + " published a hello with a missing or wrong field: " + e.what());
+  }
+}
+
+int OnlineCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store, int rank, int size,
+                                                   const CommOptions& options) {
+  if (store == nullptr) return InvalidArgument("Communicator::Create needs a store, got null");
+  if (size < 1) {
+    return Status(Code::kInvalidWorldSize, "world size must be >= 1, got " + std::to_string(size));
+  }
+  if (rank < 0 || rank >= size) {
+    return Status(Code::kInvalidRank, "rank " + std::to_string(rank) + " is outside [0, " +
+                                          std::to_string(size) + ")");
+  }
+  CHOIR_ASSIGN_OR_RETURN(CommConfig config, ResolveConfig(options));
+  WarnUnknownSettingsOnce();
+  const int64_t start = NowNanos();
+  const Deadline deadline = Deadline::AfterSeconds(config.timeout_seconds);
+
+  // Each incarnation of a communicator name gets its own key space.
+  CHOIR_ASSIGN_OR_RETURN(int64_t joined, store->Add("choir/" + config.name + "/joined", 1));
+  config.uid = config.name + "#" + std::to_string((joined - 1) / size);
+  auto scoped = NewPrefixStore("choir/" + config.uid, store);
+
+  CHOIR_ASSIGN_OR_RETURN(std::string address, ChooseListenAddress());
+  CHOIR_ASSIGN_OR_RETURN(Fd listener, net::Listen(address, 0, 4096));
+  const std::string listen_at = address + ":" + std::to_string(net::LocalPort(listener.get()));
+  const json hello = MakeHello(config, rank, size, listen_at);
+  CHOIR_RETURN_IF_ERROR(scoped->Set("hello/" + std::to_string(rank), hello.dump()));
+
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back("hello/" + std::to_string(r));
+  Status waited = scoped->Wait(keys, Remaining(deadline));
+  if (!waited.ok()) {
+    std::vector<int> missing;
+    for (int r = 0; r < size; ++r) {
+      auto have = scoped->Check({keys[static_cast<size_t>(r)]});
+      if (have.ok() && !*have) missing.push_back(r);
+    }
+    std::string list;
+    for (int r : missing) list += (list.empty() ? "" : ",") + std::to_string(r);
+    if (waited.code() != Code::kStoreTimeout || missing.empty()) {
+      return waited.WithContext("rank " + std::to_string(rank) + " joining communicator '" + config.name + "'");
+    }
+    return Status(Code::kStoreTimeout,
+                  "rank " + std::to_string(rank) + ": rank(s) " + list + " of " + std::to_string(size) +
+                      " never joined communicator '" + config.name + "' within " +
+                      fmt::format("{:.1f}", config.timeout_seconds) +
+                      " s; they did not start, crashed before rendezvous, or use another store "
+                      "address or WORLD_SIZE");
+  }
+  std::vector<transport::PeerInfo> peers;
+  for (int r = 0; r < size; ++r) {
+    CHOIR_ASSIGN_OR_RETURN(std::string text, scoped->Get(keys[static_cast<size_t>(r)]));
+    CHOIR_ASSIGN_OR_RETURN(transport::PeerInfo p, CheckHello(text, hello, r));
+    peers.push_back(std::move(p));
+  }
+
+  int local = 0;
+  for (const auto& p : peers) local += p.host_id == config.host_id ? 1 : 0;
+  transport::ConnectOptions co;
+  co.job_id = config.job_id;
+  co.comm_uid = config.uid;
+  co.deadline = deadline;
+  co.ring_bytes = params::GetBytes(params::Id::kShmRingBytes);
+  co.tcp_chunk_bytes = params::GetBytes(params::Id::kTcpChunkBytes);
+  const bool oversubscribed = local > OnlineCpus();
+  co.wait.spin_ns = oversubscribed ? 0 : params::GetInt(params::Id::kSpinMicros) * 1000;
+  co.wait.yields = oversubscribed ? 2 : 4;
+  auto endpoint = transport::ConnectPeers(*scoped, rank, peers, std::move(listener), co);
+  if (!endpoint.ok()) return endpoint.status();
+
+  auto impl = std::unique_ptr<CommImpl>(new CommImpl(store, scoped, rank, size, std::move(config)));
+  impl->peers_ = std::move(peers);
+  impl->endpoint_ = std::move(*endpoint);
+  CHOIR_LOG(Info, INIT, "rank {}/{} joined '{}' in {:.1f} ms ({} local ranks{})", rank, size,
+            impl->config_.uid, static_cast<double>(NowNanos() - start) / 1e6, local,
+            oversubscribed ? ", oversubscribed: no spinning" : "");
+  return impl;
+}
+
+}  // namespace choir::comm

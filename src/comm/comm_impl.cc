@@ -1,0 +1,150 @@
+#include "comm/comm_impl.h"
+
+#include <fmt/format.h>
+
+#include "base/logging.h"
+#include "comm/work_state.h"
+
+namespace choir::comm {
+
+using algorithms::CollKind;
+using algorithms::OpArgs;
+using algorithms::Signature;
+
+CommImpl::CommImpl(std::shared_ptr<Store> store, std::shared_ptr<Store> scoped, int rank, int size,
+                   CommConfig config)
+    : store_(std::move(store)), scoped_(std::move(scoped)), rank_(rank), size_(size), config_(std::move(config)) {}
+
+CommImpl::~CommImpl() { engine_.Drain(); }
+
+Status CommImpl::sticky() const {
+  if (!failed_.load(std::memory_order_acquire)) return Status::Ok();
+  std::lock_guard<std::mutex> lock(sticky_mu_);
+  return sticky_;
+}
+
+std::string CommImpl::Describe(const Signature& sig, uint64_t seq) const {
+  return fmt::format("rank {}: {} #{} {}", rank_, algorithms::CollKindName(sig.kind), seq, sig.ToString());
+}
+
+void CommImpl::Fail(const Status& status, bool local) {
+  {
+    std::lock_guard<std::mutex> lock(sticky_mu_);
+    if (failed_.load()) return;
+    sticky_ = status;
+    failed_.store(true, std::memory_order_release);
+  }
+  CHOIR_LOG(Info, COLL, "communicator '{}' failed: {}", config_.uid, status.ToString());
+  // Tell every peer, so that nobody keeps waiting for this rank.
+  if (local) endpoint_->BroadcastAbort(status);
+}
+
+Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
+  auto state = std::make_shared<Work::State>();
+  Work work(state);
+  const bool p2p = args.kind == CollKind::kSend || args.kind == CollKind::kRecv;
+  const bool small = args.SelectionBytes(size_) <= config_.async_bytes;
+  engine_.Submit(
+      [this, args = std::move(args), options, state]() mutable { Execute(args, options, *state); },
+      small || p2p);
+  return work;
+}
+
+void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& state) {
+  WorkInfo info;
+  const int64_t start = NowNanos();
+  Status s = sticky();
+  if (!s.ok()) {
+    s = Status(s.code(), "this communicator already failed: " + s.message());
+  } else if (Status invalid = Validate(args); !invalid.ok()) {
+    s = invalid.WithContext("rank " + std::to_string(rank_) + ": " + algorithms::CollKindName(args.kind));
+    Fail(s, /*local=*/true);
+  } else {
+    const double timeout = options.timeout.count() > 0 ? static_cast<double>(options.timeout.count()) / 1000
+                                                       : config_.timeout_seconds;
+    const Deadline deadline = Deadline::AfterSeconds(timeout);
+    if (args.kind == CollKind::kSend || args.kind == CollKind::kRecv) {
+      s = RunPointToPoint(args, deadline, &info.source_rank);
+      if (!s.ok()) {
+        s = s.WithContext(fmt::format("rank {}: {} {} rank {} (tag {})", rank_, algorithms::CollKindName(args.kind),
+                                      args.kind == CollKind::kSend ? "to" : "from", args.peer, args.tag));
+      }
+    } else {
+      info.sequence = ++seq_;
+      s = RunCollective(args, options, info.sequence, deadline, &info.algorithm);
+    }
+    if (!s.ok()) Fail(s, !transport::IsRemoteFailure(s) && s.code() != Code::kAborted);
+  }
+  info.seconds = static_cast<double>(NowNanos() - start) * 1e-9;
+  state.Complete(std::move(s), std::move(info));
+}
+
+Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_t seq,
+                               Deadline deadline, std::string* algo_name) {
+  const Signature sig = Signature::Of(args);
+  const int64_t start = NowNanos();
+  transport::RunHooks hooks;
+  hooks.deadline = deadline;
+  hooks.on_mismatch = [&](const transport::MsgHeader& expected, const transport::MsgHeader& got,
+                          int peer) { return MismatchError(sig, seq, expected, got, peer); };
+  hooks.on_stall = [&](double waited) { return OnStall(sig, seq, waited); };
+  hooks.stall_seconds = config_.stall_seconds;
+  Status s;
+  if (config_.mismatch == MismatchCheck::kFull && size_ > 1) s = CheckSignatures(sig, seq, deadline);
+  if (s.ok()) {
+    auto algo = algorithms::SelectAlgorithm(args, size_, config_.select, options.algorithm);
+    if (!algo.ok()) return algo.status().WithContext(Describe(sig, seq));
+    *algo_name = (*algo)->name;
+    algorithms::Context ctx(*endpoint_, hooks, seq, sig, args, scratch_);
+    s = (*algo)->fn(ctx, args);
+  }
+  if (s.ok()) return s;
+  const double elapsed = static_cast<double>(NowNanos() - start) * 1e-9;
+  std::string context = Describe(sig, seq);
+  if (!algo_name->empty()) context += " [" + *algo_name + "]";
+  if (s.code() == Code::kCollectiveTimeout && !transport::IsRemoteFailure(s)) {
+    return Status(s.code(), context + fmt::format(" did not complete within {:.1f} s: ", elapsed) +
+                                s.message() + ". " + ProgressReport(seq));
+  }
+  return s.WithContext(context + fmt::format(" after {:.3f} s", elapsed));
+}
+
+Status CommImpl::RunPointToPoint(OpArgs& args, Deadline deadline, int* source) {
+  transport::MsgHeader h;
+  h.kind = static_cast<uint32_t>(transport::MsgKind::kP2P);
+  h.seq = static_cast<uint64_t>(static_cast<uint32_t>(args.tag));
+  h.length = args.count * args.elem_size();
+  transport::RunHooks hooks;
+  hooks.deadline = deadline;
+  transport::Xfer x = args.kind == CollKind::kSend ? transport::Xfer::Send(args.peer, h, args.send)
+                                                   : transport::Xfer::Recv(args.peer, h, args.recv);
+  CHOIR_RETURN_IF_ERROR(endpoint_->Run({&x, 1}, hooks));
+  if (args.kind == CollKind::kRecv) {
+    *source = x.matched_peer;
+    if (x.matched_length != h.length) {
+      return Status(Code::kBufferTooSmall,
+                    fmt::format("rank {} sent {} bytes with tag {} but this Recv expects {} bytes",
+                                x.matched_peer, x.matched_length, args.tag, h.length));
+    }
+  }
+  return Status::Ok();
+}
+
+void CommImpl::Abort(const std::string& reason) {
+  const Status s(Code::kAborted, fmt::format("rank {} aborted the communicator{}{}", rank_,
+                                             reason.empty() ? "" : ": ", reason));
+  {
+    std::lock_guard<std::mutex> lock(sticky_mu_);
+    if (!failed_.load()) {
+      sticky_ = s;
+      failed_.store(true, std::memory_order_release);
+    }
+  }
+  // Stop a running operation; whoever holds the engine tells the peers.
+  endpoint_->RequestAbort(s);
+  if (!engine_.TryRunExclusive([&] { endpoint_->BroadcastAbort(s); })) {
+    engine_.Submit([this, s] { endpoint_->BroadcastAbort(s); }, false);
+  }
+}
+
+}  // namespace choir::comm

@@ -1,0 +1,106 @@
+// CommImpl: everything behind a Communicator handle.
+//
+// It owns the transport endpoint, the progress engine, the sequence counter
+// and the sticky error. Each operation is validated in the caller's thread,
+// then executed by the engine: select an algorithm, run it with a deadline,
+// and on failure record the error and tell the peers (so nobody waits for a
+// rank that gave up).
+//
+// Thread-safety: public methods may be called from any thread; Execute runs
+// on one thread at a time (the engine's token).
+#ifndef CHOIR_COMM_COMM_IMPL_H_
+#define CHOIR_COMM_COMM_IMPL_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "algorithms/context.h"
+#include "algorithms/op.h"
+#include "algorithms/select.h"
+#include "choir/communicator.h"
+#include "comm/engine.h"
+#include "transport/connect.h"
+#include "transport/endpoint.h"
+
+namespace choir::comm {
+
+enum class MismatchCheck { kOff, kHeaders, kFull };
+
+// Settings resolved once at creation.
+struct CommConfig {
+  std::string name;
+  std::string uid;  // name + generation: unique per incarnation
+  std::string job_id;
+  std::string host_id;
+  double timeout_seconds = 300;
+  transport::TransportChoice transport = transport::TransportChoice::kAuto;
+  MismatchCheck mismatch = MismatchCheck::kHeaders;
+  double stall_seconds = 2;
+  uint64_t async_bytes = 256 << 10;
+  algorithms::SelectConfig select;
+};
+
+class CommImpl {
+ public:
+  static Result<std::unique_ptr<CommImpl>> Create(std::shared_ptr<Store> store, int rank, int size,
+                                                  const CommOptions& options);
+  ~CommImpl();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const CommConfig& config() const { return config_; }
+  const std::vector<transport::PeerInfo>& peers() const { return peers_; }
+  Status sticky() const;
+
+  // Validates `args` and runs or queues the operation.
+  Work Submit(algorithms::OpArgs args, const CallOptions& options);
+  void Abort(const std::string& reason);
+  Result<std::unique_ptr<CommImpl>> Split(int color, int key, const CommOptions& options);
+
+ private:
+  CommImpl(std::shared_ptr<Store> store, std::shared_ptr<Store> scoped, int rank, int size,
+           CommConfig config);
+
+  Status Validate(const algorithms::OpArgs& args) const;
+  // Runs one operation to completion on the current thread.
+  void Execute(algorithms::OpArgs& args, const CallOptions& options, Work::State& state);
+  Status RunCollective(algorithms::OpArgs& args, const CallOptions& options, uint64_t seq,
+                       Deadline deadline, std::string* algo_name);
+  Status RunPointToPoint(algorithms::OpArgs& args, Deadline deadline, int* source);
+  Status CheckSignatures(const algorithms::Signature& mine, uint64_t seq, Deadline deadline);
+  Status MismatchError(const algorithms::Signature& mine, uint64_t seq,
+                       const transport::MsgHeader& expected, const transport::MsgHeader& got,
+                       int peer) const;
+  // Called while a collective waits too long: publishes where this rank is and
+  // looks for ranks that are at the same step with another signature.
+  Status OnStall(const algorithms::Signature& mine, uint64_t seq, double waited);
+  // One line per rank: which collective each reported waiting in.
+  std::string ProgressReport(uint64_t seq);
+  void Fail(const Status& status, bool local);
+  std::string Describe(const algorithms::Signature& sig, uint64_t seq) const;
+
+  std::shared_ptr<Store> store_;   // as given (Split uses it)
+  std::shared_ptr<Store> scoped_;  // prefixed with this communicator's uid
+  const int rank_;
+  const int size_;
+  CommConfig config_;
+  std::vector<transport::PeerInfo> peers_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
+  algorithms::Scratch scratch_;
+  uint64_t seq_ = 0;  // collectives executed (engine thread only)
+  int splits_ = 0;    // Split calls (for unique child names)
+
+  std::atomic<bool> failed_{false};
+  mutable std::mutex sticky_mu_;
+  Status sticky_;
+
+  // Declared last: destroyed first, so queued operations finish while the
+  // endpoint still exists.
+  Engine engine_;
+};
+
+}  // namespace choir::comm
+
+#endif  // CHOIR_COMM_COMM_IMPL_H_

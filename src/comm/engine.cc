@@ -1,0 +1,78 @@
+#include "comm/engine.h"
+
+namespace choir::comm {
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Tasks queued after the thread left (or with no thread) still run: each
+  // completes its Work, with an error if the communicator is gone.
+  while (true) {
+    Task task;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) break;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+void Engine::Submit(Task task, bool may_run_inline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (may_run_inline && !busy_ && queue_.empty()) {
+    busy_ = true;
+    lock.unlock();
+    task();
+    lock.lock();
+    busy_ = false;
+    cv_.notify_all();
+    return;
+  }
+  queue_.push_back(std::move(task));
+  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+  cv_.notify_all();
+}
+
+bool Engine::TryRunExclusive(const Task& task) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (busy_ || !queue_.empty()) return false;
+  busy_ = true;
+  lock.unlock();
+  task();
+  lock.lock();
+  busy_ = false;
+  cv_.notify_all();
+  return true;
+}
+
+void Engine::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !busy_ && queue_.empty(); });
+}
+
+void Engine::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stop_ || (!busy_ && !queue_.empty()); });
+    if (queue_.empty() || busy_) {
+      if (stop_) return;
+      continue;
+    }
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    task();
+    lock.lock();
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace choir::comm

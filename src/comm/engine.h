@@ -1,0 +1,51 @@
+// The progress engine of one communicator: runs operations one at a time,
+// in the order they were issued.
+//
+// An operation issued while nothing is queued or running, and no larger than
+// the async threshold (CHOIR_ASYNC_BYTES), runs right away on the caller's
+// thread: small collectives pay no thread hand-off. Everything else is queued
+// for the communicator's progress thread, started on first need.
+//
+// Thread-safety: Submit and RunExclusive may be called from any thread.
+#ifndef CHOIR_COMM_ENGINE_H_
+#define CHOIR_COMM_ENGINE_H_
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace choir::comm {
+
+class Engine {
+ public:
+  using Task = std::function<void()>;
+  Engine() = default;
+  ~Engine();  // runs what is queued, then joins the thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Runs `task` inline when allowed and idle, else queues it.
+  void Submit(Task task, bool may_run_inline);
+  // Runs `task` now on this thread if no operation is running or queued and
+  // returns true; otherwise returns false without running it.
+  bool TryRunExclusive(const Task& task);
+  // Blocks until every submitted task has run.
+  void Drain();
+
+ private:
+  void Loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace choir::comm
+
+#endif  // CHOIR_COMM_ENGINE_H_

@@ -1,0 +1,34 @@
+#include "testing/multi_rank.h"
+
+#include <atomic>
+#include <thread>
+
+namespace choir::testing {
+
+std::string UniqueName(const std::string& prefix) {
+  static std::atomic<int> counter{0};
+  return prefix + "-" + std::to_string(counter.fetch_add(1));
+}
+
+std::vector<RankResult> RunRanks(int n, const std::function<Status(Communicator&)>& fn,
+                                 CommOptions options, std::shared_ptr<Store> store) {
+  if (store == nullptr) store = NewMemoryStore();
+  if (options.name == "world") options.name = UniqueName("test");
+  std::vector<RankResult> results(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = Communicator::Create(store, r, n, options);
+      RankResult& out = results[static_cast<size_t>(r)];
+      if (!comm.ok()) {
+        out.create = comm.status();
+        return;
+      }
+      out.run = fn(**comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+}  // namespace choir::testing

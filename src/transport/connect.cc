@@ -1,0 +1,224 @@
+#include "transport/connect.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "base/logging.h"
+#include "base/socket.h"
+#include "base/strings.h"
+#include "choir/version.h"
+#include "transport/shm/shm_channel.h"
+#include "transport/tcp/handshake.h"
+#include "transport/tcp/tcp_channel.h"
+
+namespace choir::transport {
+
+const char* TransportChoiceName(TransportChoice c) {
+  switch (c) {
+    case TransportChoice::kAuto: return "auto";
+    case TransportChoice::kTcp: return "tcp";
+    case TransportChoice::kShm: return "shm";
+  }
+  return "?";
+}
+
+Result<bool> PairUsesShm(const PeerInfo& a, const PeerInfo& b) {
+  const bool same_host = a.host_id == b.host_id;
+  for (const PeerInfo* p : {&a, &b}) {
+    if (p->choice == TransportChoice::kShm && !same_host) {
+      const PeerInfo* other = p == &a ? &b : &a;
+      return Status(Code::kInvalidSetting,
+                    "rank " + std::to_string(p->rank) + " forces CHOIR_TRANSPORT=shm but rank " +
+                        std::to_string(other->rank) + " is on another host ('" + other->host_id +
+                        "' vs '" + p->host_id + "'); use auto or tcp for multi-host jobs");
+    }
+  }
+  if (a.choice == TransportChoice::kTcp || b.choice == TransportChoice::kTcp) return false;
+  return same_host;
+}
+
+namespace {
+
+std::chrono::milliseconds Remaining(Deadline d) {
+  if (d.infinite()) return std::chrono::hours(24 * 365);
+  return std::chrono::milliseconds(std::max<int64_t>(1, d.RemainingNanos() / 1000000));
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+  return out;
+}
+
+HandshakeHello MakeHello(const ConnectOptions& o, int from, int to) {
+  HandshakeHello h;
+  h.protocol = static_cast<uint32_t>(kProtocolVersion);
+  h.job_hash = HashString(o.job_id);
+  h.comm_hash = HashString(o.comm_uid);
+  h.from_rank = from;
+  h.to_rank = to;
+  CopyTruncated(h.job, sizeof(h.job), o.job_id);
+  CopyTruncated(h.comm, sizeof(h.comm), o.comm_uid);
+  return h;
+}
+
+struct ShmPlan {
+  // shm_peers[r]: sorted ranks (including r) that rank r shares memory with.
+  std::vector<std::vector<int>> shm_peers;
+  int SlotOf(int owner, int writer) const {
+    const auto& v = shm_peers[static_cast<size_t>(owner)];
+    return static_cast<int>(std::find(v.begin(), v.end(), writer) - v.begin());
+  }
+};
+
+Result<ShmPlan> PlanShm(const std::vector<PeerInfo>& peers) {
+  ShmPlan plan;
+  const size_t n = peers.size();
+  plan.shm_peers.resize(n);
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t b = 0; b < n; ++b) {
+      bool shm = a == b;
+      if (a != b) {
+        CHOIR_ASSIGN_OR_RETURN(shm, PairUsesShm(peers[a], peers[b]));
+      }
+      if (shm) plan.shm_peers[a].push_back(static_cast<int>(b));
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
+                                               const std::vector<PeerInfo>& peers, Fd listener,
+                                               const ConnectOptions& options) {
+  const int n = static_cast<int>(peers.size());
+  const Deadline deadline = options.deadline;
+  CHOIR_ASSIGN_OR_RETURN(ShmPlan plan, PlanShm(peers));
+  const std::vector<int>& my_shm = plan.shm_peers[static_cast<size_t>(rank)];
+  std::vector<std::unique_ptr<Channel>> channels(static_cast<size_t>(n));
+
+  // 1. Shared memory: create our segment (the rings other local ranks write to us).
+  std::unique_ptr<Segment> own;
+  if (my_shm.size() > 1) {
+    std::random_device rd;
+    const uint64_t token = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+    const std::string name = fmt::format("/choir-{:016x}-{}-{}", HashString(options.job_id + "/" + options.comm_uid),
+                                         rank, getpid());
+    CHOIR_ASSIGN_OR_RETURN(own, Segment::Create(name, rank, static_cast<int>(my_shm.size()),
+                                                options.ring_bytes, token));
+    CHOIR_RETURN_IF_ERROR(store.Set("shm/" + std::to_string(rank), name + " " + std::to_string(token)));
+  }
+
+  // 2. TCP: connect to every lower-ranked TCP peer and send our hello. The
+  // kernel completes the connection from the listen backlog, so this never
+  // waits for the peer's own progress.
+  std::vector<int> lower, higher;
+  for (int p = 0; p < n; ++p) {
+    if (p == rank || std::find(my_shm.begin(), my_shm.end(), p) != my_shm.end()) continue;
+    (p < rank ? lower : higher).push_back(p);
+  }
+  std::vector<Fd> lower_fds(lower.size());
+  for (size_t i = 0; i < lower.size(); ++i) {
+    const PeerInfo& peer = peers[static_cast<size_t>(lower[i])];
+    std::string host;
+    int port = 0;
+    CHOIR_RETURN_IF_ERROR(net::SplitHostPort(peer.address, &host, &port));
+    auto fd = net::Connect(host, port, deadline);
+    if (!fd.ok()) {
+      return fd.status().WithContext("rank " + std::to_string(rank) + " connecting to rank " +
+                                     std::to_string(peer.rank) + " at " + peer.address +
+                                     " (check that this address is reachable from here, or pick "
+                                     "the interface with CHOIR_SOCKET_IFNAME)");
+    }
+    CHOIR_RETURN_IF_ERROR(SendHello(fd->get(), MakeHello(options, rank, peer.rank), deadline));
+    lower_fds[i] = std::move(*fd);
+  }
+
+  // 3. TCP: accept every higher-ranked peer.
+  std::vector<bool> accepted(static_cast<size_t>(n), false);
+  size_t pending = higher.size();
+  while (pending > 0) {
+    auto fd = net::Accept(listener.get(), deadline);
+    if (!fd.ok()) {
+      std::vector<int> missing;
+      for (int p : higher) {
+        if (!accepted[static_cast<size_t>(p)]) missing.push_back(p);
+      }
+      return Status(Code::kConnectTimeout,
+                    "rank " + std::to_string(rank) + " waited for connections from rank(s) " +
+                        RankList(missing) + " at " + peers[static_cast<size_t>(rank)].address +
+                        " until the deadline; they crashed during start-up or cannot reach this "
+                        "address (wrong interface: set CHOIR_SOCKET_IFNAME)");
+    }
+    int from = -1;
+    const Deadline hello_deadline = Deadline::Earlier(deadline, Deadline::AfterSeconds(10));
+    Status s = AcceptHello(fd->get(), MakeHello(options, -1, rank), &from, hello_deadline);
+    if (!s.ok() || from < 0 || from >= n || from <= rank || accepted[static_cast<size_t>(from)]) {
+      // A stray or foreign connection: refuse it and keep waiting for our peers.
+      CHOIR_LOG(Warn, TCP, "rank {}: refused a connection from {}: {}", rank,
+                net::PeerAddress(fd->get()), s.ok() ? "unexpected rank" : s.ToString());
+      continue;
+    }
+    accepted[static_cast<size_t>(from)] = true;
+    --pending;
+    CHOIR_RETURN_IF_ERROR(net::SetNoDelay(fd->get()));
+    net::SetBufferSizes(fd->get(), 4 << 20);
+    CHOIR_RETURN_IF_ERROR(net::SetNonBlocking(fd->get(), true));
+    const std::string addr = peers[static_cast<size_t>(from)].address;
+    channels[static_cast<size_t>(from)] =
+        std::make_unique<TcpChannel>(std::move(*fd), from, addr, options.tcp_chunk_bytes);
+  }
+
+  // 4. TCP: the lower peers' answers.
+  for (size_t i = 0; i < lower.size(); ++i) {
+    const PeerInfo& peer = peers[static_cast<size_t>(lower[i])];
+    CHOIR_RETURN_IF_ERROR(ReadReply(lower_fds[i].get(), peer.rank, peer.address, deadline));
+    CHOIR_RETURN_IF_ERROR(net::SetNoDelay(lower_fds[i].get()));
+    net::SetBufferSizes(lower_fds[i].get(), 4 << 20);
+    CHOIR_RETURN_IF_ERROR(net::SetNonBlocking(lower_fds[i].get(), true));
+    channels[static_cast<size_t>(peer.rank)] = std::make_unique<TcpChannel>(
+        std::move(lower_fds[i]), peer.rank, peer.address, options.tcp_chunk_bytes);
+  }
+
+  // 5. Shared memory: map the segments of our local peers.
+  std::vector<std::unique_ptr<Segment>> peer_segments;
+  for (int p : my_shm) {
+    if (p == rank) continue;
+    const std::string key = "shm/" + std::to_string(p);
+    auto value = store.WaitGet(key, Remaining(deadline));
+    if (!value.ok()) return value.status().WithContext("waiting for rank " + std::to_string(p) + "'s shared-memory segment");
+    const size_t space = value->find(' ');
+    const auto token = strings::ParseInt(value->substr(space == std::string::npos ? 0 : space + 1));
+    if (space == std::string::npos || !token) {
+      return Status(Code::kStoreProtocol, "malformed store value for " + key + ": '" + *value + "'");
+    }
+    CHOIR_ASSIGN_OR_RETURN(auto seg, Segment::Open(value->substr(0, space), p, static_cast<uint64_t>(*token)));
+    channels[static_cast<size_t>(p)] = std::make_unique<ShmChannel>(
+        p, peers[static_cast<size_t>(p)].pid, own.get(), seg.get(), plan.SlotOf(p, rank),
+        plan.SlotOf(rank, p));
+    peer_segments.push_back(std::move(seg));
+  }
+
+  // 6. Everyone is connected and mapped: segment names can go.
+  CHOIR_RETURN_IF_ERROR(store.Set("ready/" + std::to_string(rank), "1"));
+  std::vector<std::string> keys;
+  for (int p : my_shm) {
+    if (p != rank) keys.push_back("ready/" + std::to_string(p));
+  }
+  if (!keys.empty()) {
+    Status s = store.Wait(keys, Remaining(deadline));
+    if (!s.ok()) return s.WithContext("waiting for local ranks to map their shared-memory segments");
+  }
+  auto ep = std::make_unique<Endpoint>(rank, n, std::move(channels), std::move(own),
+                                       std::move(peer_segments), options.wait);
+  ep->UnlinkSegment();
+  CHOIR_LOG(Debug, INIT, "rank {}: {} shm peers, {} tcp peers", rank, my_shm.size() - 1,
+            lower.size() + higher.size());
+  return ep;
+}
+
+}  // namespace choir::transport

@@ -1,0 +1,58 @@
+// Building a rank's Endpoint: choosing a transport per peer pair, creating
+// and mapping shared-memory segments, and connecting TCP links with the
+// handshake.
+//
+// Pairs on the same host (same host id) use shared memory unless either side
+// forces tcp; all other pairs use TCP. Both sides compute the same choice from
+// the same published facts, so they always agree.
+//
+// Thread-safety: ConnectPeers is called once per communicator by its creator.
+#ifndef CHOIR_TRANSPORT_CONNECT_H_
+#define CHOIR_TRANSPORT_CONNECT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/fd.h"
+#include "choir/status.h"
+#include "choir/store.h"
+#include "transport/endpoint.h"
+
+namespace choir::transport {
+
+enum class TransportChoice { kAuto, kTcp, kShm };
+const char* TransportChoiceName(TransportChoice c);
+
+// What every rank publishes about itself before links are made.
+struct PeerInfo {
+  int rank = -1;
+  std::string host_id;
+  int pid = 0;
+  std::string address;  // "ip:port" of its TCP listener
+  TransportChoice choice = TransportChoice::kAuto;
+};
+
+struct ConnectOptions {
+  std::string job_id;
+  std::string comm_uid;   // unique per communicator incarnation
+  Deadline deadline = Deadline::Infinite();
+  size_t ring_bytes = 2 << 20;
+  size_t tcp_chunk_bytes = 512 << 10;
+  WaitPolicy wait;
+};
+
+// True when ranks a and b talk over shared memory. Error when a forced choice
+// cannot be honoured (shm between different hosts).
+Result<bool> PairUsesShm(const PeerInfo& a, const PeerInfo& b);
+
+// `store` is already scoped to this communicator. `listener` is the socket
+// whose address this rank published in its PeerInfo.
+Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
+                                               const std::vector<PeerInfo>& peers, Fd listener,
+                                               const ConnectOptions& options);
+
+}  // namespace choir::transport
+
+#endif  // CHOIR_TRANSPORT_CONNECT_H_

@@ -1,0 +1,343 @@
+#include "transport/endpoint.h"
+
+#include <emmintrin.h>
+#include <sched.h>
+#include <sys/epoll.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "base/logging.h"
+#include "base/strings.h"
+
+namespace choir::transport {
+namespace {
+// Longest single sleep, so dead peers, abort requests and the deadline are noticed.
+constexpr int64_t kMaxSleepNs = 50'000'000;
+std::mutex g_abort_mu;  // guards Endpoint::abort_status_ writes (rare)
+}  // namespace
+
+Endpoint::Endpoint(int rank, int size, std::vector<std::unique_ptr<Channel>> channels,
+                   std::unique_ptr<Segment> own_segment,
+                   std::vector<std::unique_ptr<Segment>> peer_segments, WaitPolicy policy)
+    : rank_(rank),
+      size_(size),
+      channels_(std::move(channels)),
+      own_segment_(std::move(own_segment)),
+      peer_segments_(std::move(peer_segments)),
+      policy_(policy),
+      stash_(static_cast<size_t>(size)),
+      stash_progress_(static_cast<size_t>(size)) {
+  epoll_fd_.Reset(epoll_create1(EPOLL_CLOEXEC));
+  for (const auto& ch : channels_) {
+    if (ch == nullptr || ch->poll_fd() < 0) continue;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.data.u32 = static_cast<uint32_t>(ch->peer());
+    epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, ch->poll_fd(), &ev);
+  }
+}
+
+Endpoint::~Endpoint() = default;
+
+TransportKind Endpoint::kind(int peer) const {
+  const Channel* ch = channels_[static_cast<size_t>(peer)].get();
+  return ch == nullptr ? TransportKind::kShm : ch->kind();
+}
+
+void Endpoint::UnlinkSegment() {
+  if (own_segment_) own_segment_->Unlink();
+}
+
+void Endpoint::RequestAbort(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(g_abort_mu);
+    if (abort_requested_.load()) return;
+    abort_status_ = status;
+  }
+  abort_requested_.store(true, std::memory_order_release);
+  if (own_segment_) ForceWakeSegment(own_segment_->header());
+}
+
+void Endpoint::BroadcastAbort(const Status& status) {
+  const std::string text = status.message();
+  for (auto& ch : channels_) {
+    if (ch) ch->SendAbort(static_cast<int>(status.code()), text);
+  }
+}
+
+Status Endpoint::ReadAbortMessage(Channel& ch) {
+  const MsgHeader h = ch.incoming();
+  std::string text(std::min<uint64_t>(h.length, 4096), '\0');
+  if (h.length > 4096) {
+    return Status(Code::kProtocolError, "oversized abort message from " + ch.Describe());
+  }
+  Xfer x = Xfer::Recv(ch.peer(), h, text.data());
+  // The abort text is tiny and already sent in one piece: a few polls suffice.
+  for (int i = 0; i < 1000 && !x.complete; ++i) {
+    auto r = ch.ReadPayload(x);
+    if (!r.ok()) break;
+  }
+  return RemoteFailure(ch, static_cast<int>(h.sig), text);
+}
+
+bool Endpoint::TakeFromStash(Xfer& x, int peer) {
+  auto& q = stash_[static_cast<size_t>(peer)];
+  for (auto it = q.begin(); it != q.end(); ++it) {
+    if (it->tag != x.header.seq) continue;
+    if (it->data.size() > x.header.length) return false;  // StepRecv reports the size error
+    std::copy(it->data.begin(), it->data.end(), x.recv_data);
+    x.matched_length = it->data.size();
+    x.matched_peer = peer;
+    x.done = it->data.size();
+    x.complete = true;
+    q.erase(it);
+    return true;
+  }
+  return false;
+}
+
+Result<bool> Endpoint::ContinueStash(Channel& ch) {
+  StashInProgress& s = stash_progress_[static_cast<size_t>(ch.peer())];
+  if (!s.active) {
+    const MsgHeader& h = ch.incoming();
+    if (h.length > (1ull << 34)) {
+      return Status(Code::kProtocolError, "point-to-point message of " + std::to_string(h.length) +
+                                              " bytes from " + ch.Describe() + " is implausible");
+    }
+    s.active = true;
+    s.data.assign(h.length, 0);
+    s.xfer = Xfer::Recv(ch.peer(), h, s.data.data());
+  }
+  CHOIR_ASSIGN_OR_RETURN(bool progressed, ch.ReadPayload(s.xfer));
+  if (s.xfer.complete) {
+    stash_[static_cast<size_t>(ch.peer())].push_back(Stashed{s.xfer.header.seq, std::move(s.data)});
+    s = StashInProgress{};
+    return true;
+  }
+  return progressed;
+}
+
+Result<bool> Endpoint::StepRecv(Xfer& x, Channel& ch, const RunHooks& hooks) {
+  const bool want_p2p = x.header.kind == static_cast<uint32_t>(MsgKind::kP2P);
+  if (want_p2p && !x.header_done && TakeFromStash(x, ch.peer())) return true;
+  if (stash_progress_[static_cast<size_t>(ch.peer())].active) return ContinueStash(ch);
+  if (!x.header_done) {
+    CHOIR_ASSIGN_OR_RETURN(bool have, ch.PollHeader());
+    if (!have) return false;
+    const MsgHeader& h = ch.incoming();
+    if (h.kind == static_cast<uint32_t>(MsgKind::kAbort)) return ReadAbortMessage(ch);
+    const bool got_p2p = h.kind == static_cast<uint32_t>(MsgKind::kP2P);
+    if (want_p2p) {
+      if (!got_p2p) return false;  // the peer is inside a collective; wait for it
+      if (h.seq != x.header.seq) return ContinueStash(ch);
+      if (h.length > x.header.length) {
+        return Status(Code::kBufferTooSmall,
+                      "message with tag " + std::to_string(h.seq) + " from " + ch.Describe() +
+                          " has " + std::to_string(h.length) + " bytes but the receive buffer holds " +
+                          std::to_string(x.header.length));
+      }
+      x.matched_length = h.length;
+      x.matched_peer = ch.peer();
+    } else {
+      if (got_p2p) return ContinueStash(ch);
+      if (!SameSignature(h, x.header) || h.length != x.header.length) {
+        return hooks.on_mismatch ? hooks.on_mismatch(x.header, h, ch.peer())
+                                 : Status(Code::kCollectiveMismatch,
+                                          "unexpected message from " + ch.Describe());
+      }
+    }
+    x.header_done = true;
+  }
+  return ch.ReadPayload(x);
+}
+
+Result<bool> Endpoint::StepAnySource(Xfer& x, const RunHooks& hooks) {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    if (TakeFromStash(x, p)) return true;
+  }
+  bool progressed = false;
+  for (int p = 0; p < size_; ++p) {
+    Channel* ch = channels_[static_cast<size_t>(p)].get();
+    if (ch == nullptr) continue;
+    if (stash_progress_[static_cast<size_t>(p)].active) {
+      CHOIR_ASSIGN_OR_RETURN(bool moved, ContinueStash(*ch));
+      progressed |= moved;
+      continue;
+    }
+    CHOIR_ASSIGN_OR_RETURN(bool have, ch->PollHeader());
+    if (!have) continue;
+    const MsgHeader& h = ch->incoming();
+    if (h.kind == static_cast<uint32_t>(MsgKind::kAbort)) return ReadAbortMessage(*ch);
+    if (h.kind != static_cast<uint32_t>(MsgKind::kP2P)) continue;
+    if (h.seq == x.header.seq) {
+      x.peer = p;
+      return StepRecv(x, *ch, hooks);
+    }
+    CHOIR_ASSIGN_OR_RETURN(bool moved, ContinueStash(*ch));
+    progressed |= moved;
+  }
+  return progressed;
+}
+
+Result<bool> Endpoint::Step(Xfer& x, const RunHooks& hooks) {
+  if (x.dir == Xfer::Dir::kRecv && x.peer < 0) return StepAnySource(x, hooks);
+  Channel* ch = channels_[static_cast<size_t>(x.peer)].get();
+  if (ch == nullptr) return InternalError("no channel from rank " + std::to_string(rank_) + " to itself");
+  if (x.dir == Xfer::Dir::kSend) return ch->AdvanceSend(x);
+  return StepRecv(x, *ch, hooks);
+}
+
+Status Endpoint::CheckPeers(std::span<Xfer> xfers) {
+  // A peer's abort record (shm) explains more than its silence.
+  for (auto& ch : channels_) {
+    if (ch == nullptr) continue;
+    CHOIR_RETURN_IF_ERROR(ch->RemoteAbort());
+  }
+  for (const Xfer& x : xfers) {
+    if (x.complete || x.peer < 0) continue;
+    Channel* ch = channels_[static_cast<size_t>(x.peer)].get();
+    if (ch) CHOIR_RETURN_IF_ERROR(ch->CheckAlive());
+  }
+  return Status::Ok();
+}
+
+Status Endpoint::Timeout(std::span<Xfer> xfers, double waited) const {
+  std::vector<std::string> owing;
+  for (const Xfer& x : xfers) {
+    if (x.complete) continue;
+    std::string what = x.dir == Xfer::Dir::kSend ? "sending to " : "receiving from ";
+    if (x.peer < 0) {
+      what += "any rank";
+    } else {
+      what += channels_[static_cast<size_t>(x.peer)]->Describe();
+    }
+    what += " (" + strings::FormatBytes(x.done) + " of " + strings::FormatBytes(x.header.length) + ")";
+    owing.push_back(what);
+  }
+  std::string msg = "no progress for " + fmt::format("{:.1f}", waited) + " s while ";
+  for (size_t i = 0; i < owing.size(); ++i) msg += (i ? ", " : "") + owing[i];
+  return Status(Code::kCollectiveTimeout, msg);
+}
+
+void Endpoint::Block(std::span<Xfer> xfers, const RunHooks& hooks, bool tcp_pending,
+                     bool shm_pending) {
+  const int64_t cap = std::min<int64_t>(hooks.deadline.RemainingNanos(), kMaxSleepNs);
+  if (tcp_pending) {
+    epoll_event events[16];
+    const int timeout_ms = shm_pending ? 1 : static_cast<int>(std::max<int64_t>(1, cap / 1000000));
+    epoll_wait(epoll_fd_.get(), events, 16, timeout_ms);
+    return;
+  }
+  if (own_segment_ == nullptr) return;
+  SegmentHeader* h = own_segment_->header();
+  (void)xfers;
+  (void)h;
+  WaitSegment(h, h->doorbell.load(std::memory_order_acquire), cap);
+}
+
+Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
+  // Per peer, only the first incomplete send and receive may move: messages
+  // between two ranks stay in the order the algorithm posted them.
+  std::vector<int> first_send(static_cast<size_t>(size_), -1), first_recv(static_cast<size_t>(size_), -1);
+  int64_t idle_since = 0;
+  int yields = 0;
+  int64_t last_check = NowNanos();
+  int64_t last_stall = 0;
+  const int64_t start = NowNanos();
+  while (true) {
+    std::fill(first_send.begin(), first_send.end(), -1);
+    std::fill(first_recv.begin(), first_recv.end(), -1);
+    bool all_done = true;
+    bool progressed = false;
+    bool tcp_pending = false;
+    bool shm_pending = false;
+    for (size_t i = 0; i < xfers.size(); ++i) {
+      Xfer& x = xfers[i];
+      if (x.complete) continue;
+      all_done = false;
+      if (x.peer >= 0) {
+        auto& first = x.dir == Xfer::Dir::kSend ? first_send : first_recv;
+        if (first[static_cast<size_t>(x.peer)] >= 0) continue;
+        first[static_cast<size_t>(x.peer)] = static_cast<int>(i);
+        (kind(x.peer) == TransportKind::kTcp ? tcp_pending : shm_pending) = true;
+      } else {
+        tcp_pending = shm_pending = true;
+      }
+      auto r = Step(x, hooks);
+      if (!r.ok()) return r.status();
+      progressed |= *r;
+    }
+    if (all_done) return Status::Ok();
+    if (abort_requested_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(g_abort_mu);
+      return abort_status_;
+    }
+    if (progressed) {
+      idle_since = 0;
+      yields = 0;
+      continue;
+    }
+    const int64_t now = NowNanos();
+    if (idle_since == 0) idle_since = now;
+    if (now - last_check > kMaxSleepNs) {
+      last_check = now;
+      CHOIR_RETURN_IF_ERROR(CheckPeers(xfers));
+    }
+    if (hooks.deadline.Expired()) {
+      CHOIR_RETURN_IF_ERROR(CheckPeers(xfers));
+      return Timeout(xfers, static_cast<double>(now - start) * 1e-9);
+    }
+    if (hooks.stall_seconds > 0 && hooks.on_stall &&
+        now - std::max(idle_since, last_stall) > static_cast<int64_t>(hooks.stall_seconds * 1e9)) {
+      last_stall = now;
+      CHOIR_RETURN_IF_ERROR(hooks.on_stall(static_cast<double>(now - start) * 1e-9));
+    }
+    if (now - idle_since < policy_.spin_ns) {
+      for (int i = 0; i < 16; ++i) _mm_pause();
+      continue;
+    }
+    if (yields < policy_.yields) {
+      ++yields;
+      sched_yield();
+      continue;
+    }
+    // Announce that we sleep, re-check once (a peer may have published just
+    // before seeing the flag), then sleep until a doorbell, epoll event or cap.
+    if (shm_pending && own_segment_ != nullptr && !tcp_pending) {
+      SegmentHeader* h = own_segment_->header();
+      const uint32_t seen = h->doorbell.load(std::memory_order_acquire);
+      h->sleeping.store(1, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      bool moved = false;
+      for (size_t i = 0; i < xfers.size() && !moved; ++i) {
+        Xfer& x = xfers[i];
+        if (x.complete) continue;
+        if (x.peer >= 0) {
+          auto& first = x.dir == Xfer::Dir::kSend ? first_send : first_recv;
+          if (first[static_cast<size_t>(x.peer)] != static_cast<int>(i)) continue;
+        }
+        auto r = Step(x, hooks);
+        if (!r.ok()) {
+          h->sleeping.store(0, std::memory_order_relaxed);
+          return r.status();
+        }
+        moved |= *r;
+      }
+      if (!moved && !abort_requested_.load(std::memory_order_acquire)) {
+        const int64_t cap = std::min<int64_t>(hooks.deadline.RemainingNanos(), kMaxSleepNs);
+        WaitSegment(h, seen, cap);
+      }
+      h->sleeping.store(0, std::memory_order_relaxed);
+      if (moved) {
+        idle_since = 0;
+        yields = 0;
+      }
+      continue;
+    }
+    Block(xfers, hooks, tcp_pending, shm_pending);
+  }
+}
+
+}  // namespace choir::transport

@@ -1,0 +1,117 @@
+// Endpoint: this rank's channels to every peer of one communicator, and the
+// loop that drives a set of Xfers to completion.
+//
+// Run() makes progress on every posted send and receive at once, so a ring
+// step (send right, receive left) cannot deadlock on full buffers. When
+// nothing moves it spins for a moment (CHOIR_SPIN_US), then yields, then
+// sleeps: on the shared-memory doorbell when only local peers are involved,
+// on epoll when TCP peers are. Sleeping is capped so that it can notice a dead
+// local peer, a peer's abort record, a local Abort() request, a stall worth
+// reporting, and the deadline.
+//
+// Point-to-point messages that arrive while the rank expects a collective
+// message (or another tag) are stashed and matched later.
+//
+// Thread-safety: Run() is called by one thread at a time (the communicator's
+// engine serializes operations). RequestAbort() may be called from any thread.
+#ifndef CHOIR_TRANSPORT_ENDPOINT_H_
+#define CHOIR_TRANSPORT_ENDPOINT_H_
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/fd.h"
+#include "choir/status.h"
+#include "transport/channel.h"
+#include "transport/shm/segment.h"
+#include "transport/xfer.h"
+
+namespace choir::transport {
+
+struct RunHooks {
+  Deadline deadline = Deadline::Infinite();
+  // Builds the CollectiveMismatch status when a peer's header differs from the expected one.
+  std::function<Status(const MsgHeader& expected, const MsgHeader& got, int peer)> on_mismatch;
+  // Called about every `stall_seconds` while nothing moves; may return an error to stop waiting.
+  std::function<Status(double waited_seconds)> on_stall;
+  double stall_seconds = 0;  // 0 = never
+};
+
+struct WaitPolicy {
+  int64_t spin_ns = 50000;  // busy-poll this long before yielding
+  int yields = 4;           // sched_yield rounds before sleeping
+};
+
+class Endpoint {
+ public:
+  // channels[r] talks to rank r (null for this rank). `own_segment` (may be null)
+  // holds this rank's doorbell; peer segments are owned here to keep them mapped.
+  Endpoint(int rank, int size, std::vector<std::unique_ptr<Channel>> channels,
+           std::unique_ptr<Segment> own_segment, std::vector<std::unique_ptr<Segment>> peer_segments,
+           WaitPolicy policy);
+  ~Endpoint();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  Channel* channel(int peer) const { return channels_[static_cast<size_t>(peer)].get(); }
+  // Transport used for `peer` (this rank: shm).
+  TransportKind kind(int peer) const;
+
+  // Drives `xfers` until all are complete, or returns the first error: a
+  // peer's failure, a mismatch, Aborted after RequestAbort(), or
+  // CollectiveTimeout naming the peers still owing data.
+  Status Run(std::span<Xfer> xfers, const RunHooks& hooks);
+
+  // Asks a running Run() to stop with `status` (any thread).
+  void RequestAbort(const Status& status);
+  // Tells every peer that this rank failed (call from the thread that runs
+  // operations, or when none runs).
+  void BroadcastAbort(const Status& status);
+
+  // Unlinks this rank's segment name (after every peer has mapped it).
+  void UnlinkSegment();
+
+ private:
+  Result<bool> Step(Xfer& x, const RunHooks& hooks);
+  Result<bool> StepRecv(Xfer& x, Channel& ch, const RunHooks& hooks);
+  Result<bool> StepAnySource(Xfer& x, const RunHooks& hooks);
+  Result<bool> ContinueStash(Channel& ch);
+  bool TakeFromStash(Xfer& x, int peer);
+  Status ReadAbortMessage(Channel& ch);
+  Status CheckPeers(std::span<Xfer> xfers);
+  Status Timeout(std::span<Xfer> xfers, double waited) const;
+  void Block(std::span<Xfer> xfers, const RunHooks& hooks, bool tcp_pending, bool shm_pending);
+
+  const int rank_;
+  const int size_;
+  std::vector<std::unique_ptr<Channel>> channels_;
+  std::unique_ptr<Segment> own_segment_;
+  std::vector<std::unique_ptr<Segment>> peer_segments_;
+  WaitPolicy policy_;
+  Fd epoll_fd_;
+
+  struct Stashed {
+    uint64_t tag;
+    std::vector<uint8_t> data;
+  };
+  struct StashInProgress {
+    bool active = false;
+    Xfer xfer;
+    std::vector<uint8_t> data;
+  };
+  std::vector<std::deque<Stashed>> stash_;          // per peer, completed P2P messages
+  std::vector<StashInProgress> stash_progress_;     // per peer
+
+  std::atomic<bool> abort_requested_{false};
+  Status abort_status_;  // written before abort_requested_ is set
+};
+
+}  // namespace choir::transport
+
+#endif  // CHOIR_TRANSPORT_ENDPOINT_H_

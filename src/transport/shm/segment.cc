@@ -1,0 +1,148 @@
+#include "transport/shm/segment.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <new>
+
+#include "base/fd.h"
+#include "base/logging.h"
+#include "base/strings.h"
+
+namespace choir::transport {
+namespace {
+constexpr size_t kHeaderBytes = 4096;
+
+size_t SlotBytes(size_t ring_bytes) { return sizeof(RingCtl) + ring_bytes; }
+
+Status ShmFailure(int err, const std::string& what) {
+  std::string hint;
+  if (err == ENOSPC || err == ENOMEM || err == EFBIG) {
+    hint = "; /dev/shm is full or too small (containers default to 64 MB: use --shm-size), "
+           "lower CHOIR_SHM_RING_BYTES or use CHOIR_TRANSPORT=tcp";
+  } else if (err == ENOENT) {
+    hint = "; the peer's segment is not visible here: ranks with the same host id must share "
+           "/dev/shm (give each host its own CHOIR_HOST_ID, or use CHOIR_TRANSPORT=tcp)";
+  }
+  return Status(Code::kShmError, what + ": " + std::strerror(err) + hint);
+}
+}  // namespace
+
+size_t Segment::TotalBytes(int num_slots, size_t ring_bytes) {
+  return kHeaderBytes + static_cast<size_t>(num_slots) * SlotBytes(ring_bytes);
+}
+
+RingCtl* Segment::ring_ctl(int slot) const {
+  return reinterpret_cast<RingCtl*>(base_ + kHeaderBytes +
+                                    static_cast<size_t>(slot) * SlotBytes(ring_bytes()));
+}
+
+Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int rank, int num_slots,
+                                                 size_t ring_bytes, uint64_t token) {
+  if (ring_bytes < 4096 || ring_bytes % 64 != 0) {
+    return Status(Code::kInvalidSetting, "CHOIR_SHM_RING_BYTES must be a multiple of 64 and at least 4096, got " +
+                                             std::to_string(ring_bytes));
+  }
+  const size_t bytes = TotalBytes(num_slots, ring_bytes);
+  Fd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.valid()) return ShmFailure(errno, "shm_open(" + name + ", create)");
+  // Reserve the pages now so that a full /dev/shm fails here, not with SIGBUS later.
+  const int rc = posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes));
+  if (rc != 0) {
+    shm_unlink(name.c_str());
+    return ShmFailure(rc, "reserving " + strings::FormatBytes(bytes) + " for " + name);
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    shm_unlink(name.c_str());
+    return ShmFailure(err, "mmap(" + name + ")");
+  }
+  auto* h = new (base) SegmentHeader();
+  h->magic = kSegmentMagic;
+  h->layout_version = kSegmentLayoutVersion;
+  h->rank = rank;
+  h->pid = getpid();
+  h->num_slots = num_slots;
+  h->ring_bytes = ring_bytes;
+  h->token = token;
+  h->doorbell.store(0);
+  h->sleeping.store(0);
+  h->abort_code.store(0);
+  auto seg = std::unique_ptr<Segment>(new Segment(name, base, bytes, /*owner=*/true));
+  for (int s = 0; s < num_slots; ++s) {
+    auto* ctl = new (seg->ring_ctl(s)) RingCtl();
+    ctl->head.store(0);
+    ctl->tail.store(0);
+  }
+  CHOIR_LOG(Debug, SHM, "created segment {} ({} slots x {})", name, num_slots,
+            strings::FormatBytes(ring_bytes));
+  return seg;
+}
+
+Result<std::unique_ptr<Segment>> Segment::Open(const std::string& name, int expected_rank,
+                                               uint64_t expected_token) {
+  Fd fd(shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
+  if (!fd.valid()) return ShmFailure(errno, "shm_open(" + name + ") of rank " + std::to_string(expected_rank));
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0 || static_cast<size_t>(st.st_size) < kHeaderBytes) {
+    return Status(Code::kShmError, "segment " + name + " of rank " + std::to_string(expected_rank) +
+                                       " is truncated");
+  }
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED) return ShmFailure(errno, "mmap(" + name + ")");
+  auto seg = std::unique_ptr<Segment>(new Segment(name, base, bytes, /*owner=*/false));
+  const SegmentHeader* h = seg->header();
+  if (h->magic != kSegmentMagic || h->layout_version != kSegmentLayoutVersion ||
+      h->rank != expected_rank || h->token != expected_token ||
+      TotalBytes(h->num_slots, h->ring_bytes) != bytes) {
+    return Status(Code::kShmError,
+                  "segment " + name + " does not belong to rank " + std::to_string(expected_rank) +
+                      " of this communicator (stale file or another choir version)");
+  }
+  return seg;
+}
+
+Segment::~Segment() {
+  if (owner_) Unlink();
+  munmap(base_, bytes_);
+}
+
+void Segment::Unlink() {
+  if (owner_ && !unlinked_) {
+    shm_unlink(name_.c_str());
+    unlinked_ = true;
+  }
+}
+
+namespace {
+long Futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
+}
+}  // namespace
+
+void NotifySegment(SegmentHeader* h) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (h->sleeping.load(std::memory_order_relaxed) != 0) ForceWakeSegment(h);
+}
+
+void ForceWakeSegment(SegmentHeader* h) {
+  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  Futex(&h->doorbell, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+void WaitSegment(SegmentHeader* h, uint32_t seen, int64_t timeout_ns) {
+  if (timeout_ns <= 0) return;
+  timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
+  Futex(&h->doorbell, FUTEX_WAIT, seen, &ts);
+}
+
+}  // namespace choir::transport

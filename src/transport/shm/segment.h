@@ -1,0 +1,95 @@
+// Shared-memory segment owned by one rank: its inbound rings (one per rank
+// on the same host), its doorbell and its abort record.
+//
+// Layout (docs/protocols.md, "Shared-memory segment"):
+//   SegmentHeader (4 KiB) | RingCtl + data for slot 0 | ... | slot n-1
+// Slot s holds the ring written by the host's s-th rank (local index) and read
+// by the owner. Rings are single-producer single-consumer byte rings with
+// monotonically increasing 64-bit head/tail counters; every record starts on a
+// 64-byte boundary.
+//
+// The segment is created with shm_open by its owner, mapped by every local
+// peer, and unlinked by the owner once all peers have mapped it, so nothing is
+// left in /dev/shm after set-up even if a rank later crashes.
+//
+// Thread-safety: the atomics are the synchronization; see ShmChannel.
+#ifndef CHOIR_TRANSPORT_SHM_SEGMENT_H_
+#define CHOIR_TRANSPORT_SHM_SEGMENT_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "choir/status.h"
+
+namespace choir::transport {
+
+inline constexpr uint64_t kSegmentMagic = 0x43484f4952534547ull;  // "CHOIRSEG"
+inline constexpr uint32_t kSegmentLayoutVersion = 1;
+
+struct alignas(64) SegmentHeader {
+  uint64_t magic;
+  uint32_t layout_version;
+  int32_t rank;
+  int32_t pid;
+  int32_t num_slots;
+  uint64_t ring_bytes;
+  uint64_t token;  // random; published through the store so peers know they mapped the right file
+  alignas(64) std::atomic<uint32_t> doorbell;  // futex word: bumped when the owner should re-check
+  alignas(64) std::atomic<uint32_t> sleeping;  // owner is (about to be) blocked on doorbell
+  alignas(64) std::atomic<int32_t> abort_code;  // nonzero once the owner failed
+  char abort_text[2048];
+};
+static_assert(sizeof(SegmentHeader) <= 4096);
+
+struct alignas(64) RingCtl {
+  alignas(64) std::atomic<uint64_t> head;  // bytes written by the producer
+  alignas(64) std::atomic<uint64_t> tail;  // bytes consumed by the owner
+};
+
+// A mapping of one segment (own or a peer's).
+class Segment {
+ public:
+  // Creates and maps a new segment named `name` ("/choir-..."), fails with
+  // ShmError if it exists or /dev/shm is too small.
+  static Result<std::unique_ptr<Segment>> Create(const std::string& name, int rank, int num_slots,
+                                                 size_t ring_bytes, uint64_t token);
+  // Maps a peer's segment and checks magic, layout, rank and token.
+  static Result<std::unique_ptr<Segment>> Open(const std::string& name, int expected_rank,
+                                               uint64_t expected_token);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  SegmentHeader* header() const { return reinterpret_cast<SegmentHeader*>(base_); }
+  RingCtl* ring_ctl(int slot) const;
+  uint8_t* ring_data(int slot) const { return reinterpret_cast<uint8_t*>(ring_ctl(slot)) + sizeof(RingCtl); }
+  size_t ring_bytes() const { return header()->ring_bytes; }
+  const std::string& name() const { return name_; }
+  // Removes the name from /dev/shm (mappings stay valid). Idempotent.
+  void Unlink();
+
+  static size_t TotalBytes(int num_slots, size_t ring_bytes);
+
+ private:
+  Segment(std::string name, void* base, size_t bytes, bool owner)
+      : name_(std::move(name)), base_(static_cast<uint8_t*>(base)), bytes_(bytes), owner_(owner) {}
+  std::string name_;
+  uint8_t* base_;
+  size_t bytes_;
+  bool owner_;
+  bool unlinked_ = false;
+};
+
+// Wakes the owner of `h` if it sleeps (call after publishing new ring state).
+void NotifySegment(SegmentHeader* h);
+// Wakes the owner unconditionally (abort).
+void ForceWakeSegment(SegmentHeader* h);
+// Blocks until h->doorbell != seen or `timeout_ns` passes.
+void WaitSegment(SegmentHeader* h, uint32_t seen, int64_t timeout_ns);
+
+}  // namespace choir::transport
+
+#endif  // CHOIR_TRANSPORT_SHM_SEGMENT_H_
