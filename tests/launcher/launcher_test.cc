@@ -15,7 +15,6 @@
 
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -192,12 +191,28 @@ bool ProcessGone(pid_t pid, double seconds = 2) {
   }
 }
 
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> Words(const std::string& line) {
+  std::vector<std::string> words;
+  std::istringstream in(line);
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
+}
+
 // PIDs printed by ranks as "pid <n>" lines (with the launcher's "[r] " prefix).
 std::vector<pid_t> PrintedPids(const std::string& out) {
   std::vector<pid_t> pids;
-  const std::regex pattern(R"(\] pid (\d+))");
-  for (std::sregex_iterator it(out.begin(), out.end(), pattern), end; it != end; ++it) {
-    pids.push_back(static_cast<pid_t>(std::stol((*it)[1])));
+  for (const std::string& line : Lines(out)) {
+    const std::vector<std::string> words = Words(line);
+    if (words.size() == 3 && words[1] == "pid") {
+      if (auto pid = strings::ParseInt(words[2])) pids.push_back(static_cast<pid_t>(*pid));
+    }
   }
   return pids;
 }
@@ -229,24 +244,26 @@ TEST(RunTest, EnvironmentContractPerRank) {
                 "$MASTER_PORT $CHOIR_STORE_ADDR $CHOIR_JOB_ID $CHOIR_LAUNCHER $KEPT_FROM_TEST"},
                {"KEPT_FROM_TEST=kept", "RANK=99"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::regex line(
-      R"(\[(\d+)\] ENV (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+) (\S+))");
   std::set<std::string> master_ports, store_addrs, job_ids;
   std::set<int> ranks;
-  for (std::sregex_iterator it(r.out.begin(), r.out.end(), line), end; it != end; ++it) {
-    const std::smatch& m = *it;
-    EXPECT_EQ(m[1], m[2]) << "prefix and RANK differ";
-    ranks.insert(std::stoi(m[2]));
-    EXPECT_EQ(m[3], "3");   // WORLD_SIZE
-    EXPECT_EQ(m[4], m[2]);  // LOCAL_RANK == RANK on one node
-    EXPECT_EQ(m[5], "3");   // LOCAL_WORLD_SIZE
-    EXPECT_EQ(m[6], "0");   // GROUP_RANK
-    EXPECT_EQ(m[7], "127.0.0.1");
-    master_ports.insert(m[8]);
-    store_addrs.insert(m[9]);
-    job_ids.insert(m[10]);
-    EXPECT_EQ(m[11], "1");     // CHOIR_LAUNCHER
-    EXPECT_EQ(m[12], "kept");  // the rest of the environment is passed on
+  for (const std::string& line : Lines(r.out)) {
+    // [r] ENV RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
+    //     CHOIR_STORE_ADDR CHOIR_JOB_ID CHOIR_LAUNCHER KEPT_FROM_TEST
+    const std::vector<std::string> w = Words(line);
+    ASSERT_EQ(w.size(), 13u) << line;
+    ASSERT_EQ(w[1], "ENV") << line;
+    EXPECT_EQ(w[0], "[" + w[2] + "]") << "prefix and RANK differ";
+    ranks.insert(std::stoi(w[2]));
+    EXPECT_EQ(w[3], "3");   // WORLD_SIZE
+    EXPECT_EQ(w[4], w[2]);  // LOCAL_RANK == RANK on one node
+    EXPECT_EQ(w[5], "3");   // LOCAL_WORLD_SIZE
+    EXPECT_EQ(w[6], "0");   // GROUP_RANK
+    EXPECT_EQ(w[7], "127.0.0.1");
+    master_ports.insert(w[8]);
+    store_addrs.insert(w[9]);
+    job_ids.insert(w[10]);
+    EXPECT_EQ(w[11], "1");     // CHOIR_LAUNCHER
+    EXPECT_EQ(w[12], "kept");  // the rest of the environment is passed on
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 1, 2})) << r.out;
   ASSERT_EQ(master_ports.size(), 1u);
@@ -291,6 +308,17 @@ TEST(RunTest, PrefixesEveryLineWithItsRankAndFlushesPartialLines) {
     EXPECT_EQ(r.out.find(std::string(rank) + "oops"), std::string::npos)
         << "stderr leaked to stdout";
   }
+}
+
+TEST(RunTest, LineWithoutNewlineIsSplitAtTheBufferLimit) {
+  // 100000 bytes and no newline: one 65536-byte piece, then the rest at EOF.
+  const Outcome r =
+      RunChoir({"run", "-n", "1", "sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "[0] " + std::string(65536, 'x'));
+  EXPECT_EQ(lines[1], "[0] " + std::string(100000 - 65536, 'x'));
 }
 
 TEST(RunTest, NoTagOutputPassesOutputThrough) {
@@ -541,9 +569,17 @@ TEST(DoctorTest, ExplainAcceptsNumberENumberAndName) {
 TEST(DoctorTest, ParamsListsEverySettingWithItsSource) {
   const Outcome r = RunChoir({"doctor", "params"}, {"CHOIR_TRANSPORT=tcp"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  const std::regex row(R"(\nCHOIR_TRANSPORT +tcp +environment +Transport)");
-  EXPECT_TRUE(std::regex_search(r.out, row)) << r.out;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nCHOIR_TIMEOUT +300 +default )")));
+  std::map<std::string, std::vector<std::string>> rows;  // first word -> words
+  for (const std::string& line : Lines(r.out)) {
+    const std::vector<std::string> w = Words(line);
+    if (!w.empty()) rows[w[0]] = w;
+  }
+  ASSERT_GE(rows["CHOIR_TRANSPORT"].size(), 4u) << r.out;
+  EXPECT_EQ(rows["CHOIR_TRANSPORT"][1], "tcp");
+  EXPECT_EQ(rows["CHOIR_TRANSPORT"][2], "environment");
+  ASSERT_GE(rows["CHOIR_TIMEOUT"].size(), 4u) << r.out;
+  EXPECT_EQ(rows["CHOIR_TIMEOUT"][1], "300");
+  EXPECT_EQ(rows["CHOIR_TIMEOUT"][2], "default");
 }
 
 TEST(DoctorTest, ParamsReportsRejectedValuesAndUnknownVariables) {

@@ -357,7 +357,7 @@ class RunCommand : public Subcommand {
       options.port = store_port;
       options.job_id = job_id_;
       options.timeout = std::chrono::milliseconds(
-          std::clamp<int64_t>(deadline.RemainingNanos() / 1000000, 1, 2000));
+          std::clamp<int64_t>(deadline.RemainingNanos() / 1000000, 200, 2000));
       Result<std::shared_ptr<Store>> client = ConnectTcpStore(options);
       if (client.ok()) {
         store = *client;
