@@ -37,9 +37,10 @@ bool Failed(int wait_status) {
   return WIFSIGNALED(wait_status) || (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) != 0);
 }
 
-std::string JoinRanks(const std::vector<int>& ranks) {
-  std::string out;
-  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+// "rank 3" or "ranks 0,1,3".
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i == 0 ? "" : ",") + std::to_string(ranks[i]);
   return out;
 }
 
@@ -48,13 +49,14 @@ std::string JoinRanks(const std::vector<int>& ranks) {
 // copied in whatever state they were.
 [[noreturn]] void ExecRank(const char* program, char* const* argv, char* const* envp, pid_t pgid,
                            pid_t launcher_pid, int dev_null, int out_fd, int err_fd, int exec_fd,
-                           const sigset_t& mask, const struct sigaction& sigpipe_action) {
+                           const SignalFd& signals) {
   ::setpgid(0, pgid);
   // Die with the launcher, even when it is SIGKILLed and cannot clean up.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != launcher_pid) ::_exit(128 + SIGKILL);  // launcher already gone
-  ::sigaction(SIGPIPE, &sigpipe_action, nullptr);
-  ::sigprocmask(SIG_SETMASK, &mask, nullptr);
+  ::sigaction(SIGPIPE, &signals.original_sigpipe(), nullptr);
+  ::sigaction(SIGCHLD, &signals.original_sigchld(), nullptr);
+  ::sigprocmask(SIG_SETMASK, &signals.original_mask(), nullptr);
   ::dup2(dev_null, STDIN_FILENO);
   if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
   if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
@@ -94,10 +96,17 @@ Result<std::unique_ptr<SignalFd>> SignalFd::Create() {
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   ::sigaction(SIGPIPE, &ignore, &s->original_sigpipe_);
+  // An inherited SIG_IGN for SIGCHLD would make the kernel reap the ranks
+  // itself, and the launcher could never learn their exit codes.
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  ::sigaction(SIGCHLD, &default_action, &s->original_sigchld_);
   return s;
 }
 
 SignalFd::~SignalFd() {
+  ::sigaction(SIGCHLD, &original_sigchld_, nullptr);
   ::sigaction(SIGPIPE, &original_sigpipe_, nullptr);
   ::pthread_sigmask(SIG_SETMASK, &original_mask_, nullptr);
 }
@@ -166,8 +175,7 @@ Status RankSupervisor::Spawn(size_t index, int dev_null) {
   }
   if (pid == 0) {
     ExecRank(options_.program.c_str(), argv.data(), envp.data(), pgid_, launcher_pid, dev_null,
-             out_write.get(), err_write.get(), exec_write.get(), signals_->original_mask(),
-             signals_->original_sigpipe());
+             out_write.get(), err_write.get(), exec_write.get(), *signals_);
   }
   // Also set the group from this side: whichever of parent and child runs
   // first, the rank is in the group before we ever signal it.
@@ -396,14 +404,8 @@ std::string RankSupervisor::Summary() const {
     (ranks_[i].stopped_by_launcher ? stopped : exited_alone).push_back(ranks_[i].rank);
   }
   std::string others;
-  if (!exited_alone.empty() && !stopped.empty()) {
-    others = fmt::format("; ranks {} exited by themselves; stopped ranks {}",
-                         JoinRanks(exited_alone), JoinRanks(stopped));
-  } else if (!stopped.empty()) {
-    others = fmt::format("; stopped ranks {}", JoinRanks(stopped));
-  } else if (!exited_alone.empty()) {
-    others = fmt::format("; ranks {} exited by themselves", JoinRanks(exited_alone));
-  }
+  if (!exited_alone.empty()) others += "; " + RankList(exited_alone) + " exited by themselves";
+  if (!stopped.empty()) others += "; stopped " + RankList(stopped);
   if (first_failure_ >= 0) {
     const Rank& r = ranks_[static_cast<size_t>(first_failure_)];
     const Status status(Code::kRankFailed,

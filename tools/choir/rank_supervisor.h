@@ -42,7 +42,7 @@ namespace choir::cli {
 class SignalFd {
  public:
   static Result<std::unique_ptr<SignalFd>> Create();
-  ~SignalFd();  // restores the signal mask and SIGPIPE disposition
+  ~SignalFd();  // restores the signal mask and the SIGPIPE/SIGCHLD dispositions
   SignalFd(const SignalFd&) = delete;
   SignalFd& operator=(const SignalFd&) = delete;
 
@@ -54,12 +54,14 @@ class SignalFd {
   // What a child must restore before exec (the launcher's changes must not leak).
   const sigset_t& original_mask() const { return original_mask_; }
   const struct sigaction& original_sigpipe() const { return original_sigpipe_; }
+  const struct sigaction& original_sigchld() const { return original_sigchld_; }
 
  private:
   SignalFd() = default;
   Fd fd_;
   sigset_t original_mask_{};
   struct sigaction original_sigpipe_ {};
+  struct sigaction original_sigchld_ {};
 };
 
 struct RankLaunch {
