@@ -27,7 +27,7 @@ std::string CommImpl::Describe(const Signature& sig, uint64_t seq) const {
   return fmt::format("rank {}: {} #{} {}", rank_, algorithms::CollKindName(sig.kind), seq, sig.ToString());
 }
 
-void CommImpl::Fail(const Status& status, bool local) {
+void CommImpl::Fail(const Status& status, bool broadcast) {
   {
     std::lock_guard<std::mutex> lock(sticky_mu_);
     if (failed_.load()) return;
@@ -36,7 +36,7 @@ void CommImpl::Fail(const Status& status, bool local) {
   }
   CHOIR_LOG(Info, COLL, "communicator '{}' failed: {}", config_.uid, status.ToString());
   // Tell every peer, so that nobody keeps waiting for this rank.
-  if (local) endpoint_->BroadcastAbort(status);
+  if (broadcast) endpoint_->BroadcastAbort(status);
 }
 
 Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
@@ -73,7 +73,9 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
       info.sequence = ++seq_;
       s = RunCollective(args, options, info.sequence, deadline, &info.algorithm);
     }
-    if (!s.ok()) Fail(s, !transport::IsRemoteFailure(s) && s.code() != Code::kAborted);
+    // Relay even a peer's failure: the rank that failed first may not have
+    // reached everyone (it may have died). Our own Abort() already told them.
+    if (!s.ok()) Fail(s, !abort_called_.load());
   }
   info.seconds = static_cast<double>(NowNanos() - start) * 1e-9;
   state.Complete(std::move(s), std::move(info));
@@ -131,6 +133,7 @@ Status CommImpl::RunPointToPoint(OpArgs& args, Deadline deadline, int* source) {
 }
 
 void CommImpl::Abort(const std::string& reason) {
+  abort_called_.store(true);
   const Status s(Code::kAborted, fmt::format("rank {} aborted the communicator{}{}", rank_,
                                              reason.empty() ? "" : ": ", reason));
   {

@@ -78,7 +78,8 @@ class CommImpl {
   Status OnStall(const algorithms::Signature& mine, uint64_t seq, double waited);
   // One line per rank: which collective each reported waiting in.
   std::string ProgressReport(uint64_t seq);
-  void Fail(const Status& status, bool local);
+  // Records the first error and, if `broadcast`, tells every peer about it.
+  void Fail(const Status& status, bool broadcast);
   std::string Describe(const algorithms::Signature& sig, uint64_t seq) const;
 
   std::shared_ptr<Store> store_;   // as given (Split uses it)
@@ -93,6 +94,7 @@ class CommImpl {
   int splits_ = 0;    // Split calls (for unique child names)
 
   std::atomic<bool> failed_{false};
+  std::atomic<bool> abort_called_{false};
   mutable std::mutex sticky_mu_;
   Status sticky_;
 

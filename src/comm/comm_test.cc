@@ -56,8 +56,8 @@ TEST_P(SweepTest, EveryCollectiveMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(WorldsAndTransports, SweepTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 5),
                                             ::testing::Values(std::string("shm"), std::string("tcp"))),
-                         [](const auto& info) {
-                           return std::get<1>(info.param) + "_n" + std::to_string(std::get<0>(info.param));
+                         [](const auto& param_info) {
+                           return std::get<1>(param_info.param) + "_n" + std::to_string(std::get<0>(param_info.param));
                          });
 
 TEST(CommCreateTest, RejectsBadArguments) {

@@ -1,25 +1,81 @@
-// TEMPORARY scalar stand-in until the vectorized kernels land (same interface).
+// Reduction and copy kernels: the element-wise arithmetic every collective runs
+// on its buffers (sum/prod/min/max/bitwise for each DataType, the final divide
+// of avg, and bulk copies with optional non-temporal stores).
+//
+// Each kernel exists in three builds picked at run time: AVX-512 (F+BW+VL+DQ),
+// AVX2 (+F16C) and portable C++. The best one the CPU supports is chosen on
+// first use; ForceIsa() switches for tests and benchmarks. Buffers may have any
+// alignment (element-aligned) and any length.
+//
+// Semantics that differ between libraries, stated once here:
+//  * Integer sum/prod wrap around modulo 2^bits (two's complement).
+//  * Float min/max propagate NaN like torch.minimum/maximum: if either input
+//    is NaN the result is NaN. Between -0 and +0 (equal values) the second
+//    operand wins, as with x86 MINPS/MAXPS, so the result is deterministic
+//    for a given reduction order.
+//  * float16/bfloat16 are widened to float32, combined, and rounded to
+//    nearest-even once per output element (ReduceMany keeps the float32
+//    accumulator over all k inputs).
+//  * A NaN input gives a NaN output; its payload and quiet/signalling state
+//    are not part of the contract (and may differ between ISAs).
+//  * avg = sum, then DivideByCount once at the end.
+//
+// Thread-safety: every kernel is a pure function of its arguments and may run
+// concurrently on disjoint outputs. ForceIsa() swaps the dispatch table
+// atomically; calls already running finish on the old table.
 #ifndef CHOIR_KERNELS_REDUCE_H_
 #define CHOIR_KERNELS_REDUCE_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "choir/types.h"
+#include "kernels/half.h"
 
 namespace choir::kernels {
+
+// dst[i] = a[i] op b[i] for i < count; dst may alias a or b (exactly, not partially).
 using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count);
+
+// The function for (dtype, op); kAvg returns the sum kernel (division happens once
+// at the end with DivideByCount). nullptr for an unsupported pair (bitwise on
+// floats, values outside the enums). The pointer stays valid forever but keeps
+// the ISA that was active when it was fetched.
 ReduceFn GetReduceFn(DataType dtype, ReduceOp op);
+
+// dst[i] = op over the k sources srcs[j][i], combined in order j = 0..k-1.
+// float16/bfloat16 accumulate in float32 and round once at the end. dst may
+// alias srcs[0] (exactly). `nontemporal` asks for streaming stores: use it when
+// dst is large and not read again soon, so it does not evict useful cache lines.
+// k >= 1 and (dtype, op) supported are preconditions (CHOIR_CHECK).
 void ReduceMany(void* dst, const void* const* srcs, int k, size_t count, DataType dtype,
                 ReduceOp op, bool nontemporal = false);
+
+// data[i] = data[i] / n, the second half of avg. Integer types divide truncating
+// toward zero like C; float16/bfloat16 divide in float32 and round once. n >= 1.
 void DivideByCount(void* data, size_t count, DataType dtype, int n);
+
+// memcpy, with non-temporal stores when `nontemporal` and the copy is at least
+// kMinNontemporalBytes (below that the fence costs more than the cache saves).
+// dst and src must not overlap.
+inline constexpr size_t kMinNontemporalBytes = 16 * 1024;
 void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal);
-float HalfToFloat(uint16_t h);
-uint16_t FloatToHalf(float f);
-float BFloat16ToFloat(uint16_t b);
-uint16_t FloatToBFloat16(float f);
+
+// HalfToFloat, FloatToHalf, BFloat16ToFloat and FloatToBFloat16 (scalar
+// conversions, inline because the portable kernels call them per element) come
+// from kernels/half.h, included above.
+
+// "avx512", "avx2" or "generic": the kernel set in use.
 const char* ActiveIsa();
+// Switches the kernel set: "avx512", "avx2", "generic", or "auto" (the best this
+// CPU supports). Returns false, changing nothing, for an unknown name or an ISA
+// this CPU (or this build) lacks. For tests and benchmarks; production code
+// leaves the automatic choice alone.
 bool ForceIsa(const char* isa);
+// The ISAs ForceIsa would accept on this CPU, best first (always ends with "generic").
+std::vector<const char*> AvailableIsas();
+
 }  // namespace choir::kernels
 
 #endif  // CHOIR_KERNELS_REDUCE_H_

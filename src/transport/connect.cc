@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <random>
 
 #include "base/logging.h"
@@ -110,7 +111,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
                                          rank, getpid());
     CHOIR_ASSIGN_OR_RETURN(own, Segment::Create(name, rank, static_cast<int>(my_shm.size()),
                                                 options.ring_bytes, token));
-    CHOIR_RETURN_IF_ERROR(store.Set("shm/" + std::to_string(rank), name + " " + std::to_string(token)));
+    CHOIR_RETURN_IF_ERROR(store.Set("shm/" + std::to_string(rank), fmt::format("{} {:016x}", name, token)));
   }
 
   // 2. TCP: connect to every lower-ranked TCP peer and send our hello. The
@@ -192,11 +193,13 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     auto value = store.WaitGet(key, Remaining(deadline));
     if (!value.ok()) return value.status().WithContext("waiting for rank " + std::to_string(p) + "'s shared-memory segment");
     const size_t space = value->find(' ');
-    const auto token = strings::ParseInt(value->substr(space == std::string::npos ? 0 : space + 1));
-    if (space == std::string::npos || !token) {
+    const std::string hex = space == std::string::npos ? "" : value->substr(space + 1);
+    char* end = nullptr;
+    const uint64_t token = std::strtoull(hex.c_str(), &end, 16);
+    if (hex.size() != 16 || end != hex.c_str() + hex.size()) {
       return Status(Code::kStoreProtocol, "malformed store value for " + key + ": '" + *value + "'");
     }
-    CHOIR_ASSIGN_OR_RETURN(auto seg, Segment::Open(value->substr(0, space), p, static_cast<uint64_t>(*token)));
+    CHOIR_ASSIGN_OR_RETURN(auto seg, Segment::Open(value->substr(0, space), p, token));
     channels[static_cast<size_t>(p)] = std::make_unique<ShmChannel>(
         p, peers[static_cast<size_t>(p)].pid, own.get(), seg.get(), plan.SlotOf(p, rank),
         plan.SlotOf(rank, p));

@@ -190,10 +190,18 @@ Result<bool> Endpoint::Step(Xfer& x, const RunHooks& hooks) {
 }
 
 Status Endpoint::CheckPeers(std::span<Xfer> xfers) {
-  // A peer's abort record (shm) explains more than its silence.
   for (auto& ch : channels_) {
     if (ch == nullptr) continue;
+    // A peer's abort record (shm) explains more than its silence.
     CHOIR_RETURN_IF_ERROR(ch->RemoteAbort());
+    // Peek at peers this step does not wait for: an abort message or a closed
+    // connection there means the collective can never complete. Reading a
+    // header early is harmless; it stays buffered for the step that wants it.
+    CHOIR_ASSIGN_OR_RETURN(bool have, ch->PollHeader());
+    if (have && ch->incoming().kind == static_cast<uint32_t>(MsgKind::kAbort) &&
+        !stash_progress_[static_cast<size_t>(ch->peer())].active) {
+      return ReadAbortMessage(*ch);
+    }
   }
   for (const Xfer& x : xfers) {
     if (x.complete || x.peer < 0) continue;
@@ -201,6 +209,22 @@ Status Endpoint::CheckPeers(std::span<Xfer> xfers) {
     if (ch) CHOIR_RETURN_IF_ERROR(ch->CheckAlive());
   }
   return Status::Ok();
+}
+
+Status Endpoint::Explain(const Status& status) {
+  if (status.code() != Code::kPeerLost) return status;
+  // A peer that closed its connection usually did so because another rank
+  // failed first and told everyone; that report is the better explanation.
+  for (auto& ch : channels_) {
+    if (ch == nullptr) continue;
+    if (!ch->RemoteAbort().ok()) return ch->RemoteAbort();
+    auto have = ch->PollHeader();
+    if (have.ok() && *have && ch->incoming().kind == static_cast<uint32_t>(MsgKind::kAbort) &&
+        !stash_progress_[static_cast<size_t>(ch->peer())].active) {
+      return ReadAbortMessage(*ch);
+    }
+  }
+  return status;
 }
 
 Status Endpoint::Timeout(std::span<Xfer> xfers, double waited) const {
@@ -221,20 +245,13 @@ Status Endpoint::Timeout(std::span<Xfer> xfers, double waited) const {
   return Status(Code::kCollectiveTimeout, msg);
 }
 
-void Endpoint::Block(std::span<Xfer> xfers, const RunHooks& hooks, bool tcp_pending,
-                     bool shm_pending) {
+void Endpoint::WaitTcp(const RunHooks& hooks, bool shm_pending) {
+  // With local peers also pending, sleep only briefly: their progress does
+  // not show up in epoll.
   const int64_t cap = std::min<int64_t>(hooks.deadline.RemainingNanos(), kMaxSleepNs);
-  if (tcp_pending) {
-    epoll_event events[16];
-    const int timeout_ms = shm_pending ? 1 : static_cast<int>(std::max<int64_t>(1, cap / 1000000));
-    epoll_wait(epoll_fd_.get(), events, 16, timeout_ms);
-    return;
-  }
-  if (own_segment_ == nullptr) return;
-  SegmentHeader* h = own_segment_->header();
-  (void)xfers;
-  (void)h;
-  WaitSegment(h, h->doorbell.load(std::memory_order_acquire), cap);
+  const int timeout_ms = shm_pending ? 1 : static_cast<int>(std::max<int64_t>(1, cap / 1000000));
+  epoll_event events[16];
+  epoll_wait(epoll_fd_.get(), events, 16, timeout_ms);
 }
 
 Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
@@ -266,7 +283,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
         tcp_pending = shm_pending = true;
       }
       auto r = Step(x, hooks);
-      if (!r.ok()) return r.status();
+      if (!r.ok()) return Explain(r.status());
       progressed |= *r;
     }
     if (all_done) return Status::Ok();
@@ -336,7 +353,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
       }
       continue;
     }
-    Block(xfers, hooks, tcp_pending, shm_pending);
+    WaitTcp(hooks, shm_pending);
   }
 }
 

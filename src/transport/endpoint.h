@@ -85,8 +85,10 @@ class Endpoint {
   bool TakeFromStash(Xfer& x, int peer);
   Status ReadAbortMessage(Channel& ch);
   Status CheckPeers(std::span<Xfer> xfers);
+  // Replaces a PeerLost by the abort report of the rank that failed first, if one arrived.
+  Status Explain(const Status& status);
   Status Timeout(std::span<Xfer> xfers, double waited) const;
-  void Block(std::span<Xfer> xfers, const RunHooks& hooks, bool tcp_pending, bool shm_pending);
+  void WaitTcp(const RunHooks& hooks, bool shm_pending);
 
   const int rank_;
   const int size_;

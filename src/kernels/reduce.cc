@@ -1,0 +1,160 @@
+// Run-time dispatch for the kernels: detects the CPU once, builds one complete
+// table per usable ISA (SIMD entries, portable ones where a SIMD file has
+// none), and routes the public functions through the active table.
+//
+// Thread-safety: the tables are built once under the magic-static guard and
+// never change; the active-table pointer is atomic.
+#include "kernels/reduce.h"
+
+#include <atomic>
+#include <cstring>
+#include <string_view>
+
+#include "base/logging.h"
+#include "kernels/isa.h"
+
+#if CHOIR_KERNELS_X86
+#include <cpuid.h>
+#endif
+
+namespace choir::kernels {
+namespace {
+
+bool CpuHasAvx2() {
+#if CHOIR_KERNELS_X86
+  // The compiler runtime's checks also confirm that the OS saves the wider
+  // registers (XGETBV). F16C is read from CPUID directly because not every
+  // compiler's __builtin_cpu_supports knows it; it is a VEX instruction set,
+  // so the AVX check above covers its OS support.
+  __builtin_cpu_init();
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  return __builtin_cpu_supports("avx2") && f16c;
+#else
+  return false;
+#endif
+}
+
+bool CpuHasAvx512() {
+#if CHOIR_KERNELS_X86
+  return CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+// `simd` with its empty slots filled from the portable table.
+IsaTable Complete(const IsaTable& simd) {
+  const IsaTable& generic = GenericTable();
+  IsaTable table = simd;
+  for (int d = 0; d < kNumDataTypes; ++d) {
+    for (int o = 0; o < kNumReduceOps; ++o) {
+      if (table.reduce[d][o] == nullptr) table.reduce[d][o] = generic.reduce[d][o];
+      if (table.many[d][o] == nullptr) table.many[d][o] = generic.many[d][o];
+    }
+    if (table.divide[d] == nullptr) table.divide[d] = generic.divide[d];
+  }
+  if (table.copy_nontemporal == nullptr) table.copy_nontemporal = generic.copy_nontemporal;
+  return table;
+}
+
+// The usable tables, best first; the last one is always the portable one.
+struct Registry {
+  IsaTable tables[3];
+  int count = 0;
+};
+
+const Registry& GetRegistry() {
+  static const Registry registry = [] {
+    Registry r;
+    if (const IsaTable* t = Avx512Table(); t != nullptr && CpuHasAvx512()) {
+      r.tables[r.count++] = Complete(*t);
+    }
+    if (const IsaTable* t = Avx2Table(); t != nullptr && CpuHasAvx2()) {
+      r.tables[r.count++] = Complete(*t);
+    }
+    r.tables[r.count++] = GenericTable();
+    return r;
+  }();
+  return registry;
+}
+
+std::atomic<const IsaTable*>& ActiveSlot() {
+  static std::atomic<const IsaTable*> slot{&GetRegistry().tables[0]};
+  return slot;
+}
+
+const IsaTable& Active() { return *ActiveSlot().load(std::memory_order_acquire); }
+
+bool InRange(DataType dtype, ReduceOp op) {
+  return static_cast<int>(dtype) < kNumDataTypes && static_cast<int>(op) < kNumReduceOps;
+}
+
+}  // namespace
+
+ReduceFn GetReduceFn(DataType dtype, ReduceOp op) {
+  if (!InRange(dtype, op)) return nullptr;
+  if (op == ReduceOp::kAvg) op = ReduceOp::kSum;
+  return Active().reduce[static_cast<int>(dtype)][static_cast<int>(op)];
+}
+
+void ReduceMany(void* dst, const void* const* srcs, int k, size_t count, DataType dtype,
+                ReduceOp op, bool nontemporal) {
+  CHOIR_CHECK(k >= 1);
+  CHOIR_CHECK(InRange(dtype, op));
+  if (op == ReduceOp::kAvg) op = ReduceOp::kSum;
+  const ManyFn fn = Active().many[static_cast<int>(dtype)][static_cast<int>(op)];
+  CHOIR_CHECK(fn != nullptr);  // bitwise op on a float type: CheckReduceSupported first
+  if (count == 0) return;
+  if (k == 1) {
+    // A single input is a copy (bit-exact, even for signalling NaNs).
+    if (dst != srcs[0]) CopyBytes(dst, srcs[0], count * DataTypeSize(dtype), nontemporal);
+    return;
+  }
+  fn(dst, srcs, k, count, nontemporal);
+}
+
+void DivideByCount(void* data, size_t count, DataType dtype, int n) {
+  CHOIR_CHECK(n >= 1);
+  CHOIR_CHECK(static_cast<int>(dtype) < kNumDataTypes);
+  if (n == 1 || count == 0) return;
+  Active().divide[static_cast<int>(dtype)](data, count, n);
+}
+
+void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal) {
+  if (bytes == 0) return;
+  if (nontemporal && bytes >= kMinNontemporalBytes) {
+    Active().copy_nontemporal(dst, src, bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
+const char* ActiveIsa() { return Active().name; }
+
+bool ForceIsa(const char* isa) {
+  if (isa == nullptr) return false;
+  const Registry& registry = GetRegistry();
+  const std::string_view name(isa);
+  const IsaTable* chosen = nullptr;
+  if (name == "auto") {
+    chosen = &registry.tables[0];
+  } else {
+    for (int i = 0; i < registry.count; ++i) {
+      if (name == registry.tables[i].name) chosen = &registry.tables[i];
+    }
+  }
+  if (chosen == nullptr) return false;
+  ActiveSlot().store(chosen, std::memory_order_release);
+  return true;
+}
+
+std::vector<const char*> AvailableIsas() {
+  const Registry& registry = GetRegistry();
+  std::vector<const char*> names;
+  for (int i = 0; i < registry.count; ++i) names.push_back(registry.tables[i].name);
+  return names;
+}
+
+}  // namespace choir::kernels
