@@ -292,6 +292,28 @@ TEST(RunTest, StoreIsReachableFromEveryRank) {
   EXPECT_EQ(ChoirProcess::CountLines(r.out, "arrived 3"), 3) << r.out;
 }
 
+TEST(RunTest, AllreduceAcrossTheRanksOfOneLauncher) {
+  const Outcome r = RunChoir({"run", "-n", "3", CHOIR_ALLREDUCE_RANK_PATH});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(ChoirProcess::CountLines(r.out, "allreduce ok rank"), 3) << r.out;
+  EXPECT_EQ(ChoirProcess::CountLines(r.out, "of 3 sum 6"), 3) << r.out;
+  EXPECT_EQ(r.err.find("not a choir setting"), std::string::npos)
+      << "the launcher sets a CHOIR_* variable the settings table does not know:\n"
+      << r.err;
+}
+
+TEST(RunTest, PeersOfAFailedRankReportItThemselvesWithinTheGracePeriod) {
+  const Outcome r = RunChoir({"run", "-n", "4", CHOIR_ALLREDUCE_RANK_PATH, "rank1-exits-3"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_LT(r.seconds, 2.5) << "the peers should fail by themselves, long before SIGTERM";
+  EXPECT_NE(r.err.find("E600 RankFailed: rank 1 (pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ranks 0,2,3 exited by themselves"), std::string::npos) << r.err;
+  for (const char* rank : {"[0] ", "[2] ", "[3] "}) {
+    EXPECT_NE(r.err.find(std::string(rank) + "allreduce: E304 PeerLost"), std::string::npos)
+        << r.err;
+  }
+}
+
 // ------------------------------------------------------------------ output
 
 TEST(RunTest, PrefixesEveryLineWithItsRankAndFlushesPartialLines) {
@@ -503,6 +525,19 @@ TEST(MultiNodeTest, TwoLaunchersOnLoopbackFormOneJob) {
   EXPECT_NE(r0.out.find("[1] store ok rank 1 of 4 arrived"), std::string::npos) << r0.out;
   EXPECT_NE(r1.out.find("[2] store ok rank 2 of 4 arrived"), std::string::npos) << r1.out;
   EXPECT_NE(r1.out.find("[3] store ok rank 3 of 4 arrived"), std::string::npos) << r1.out;
+}
+
+TEST(MultiNodeTest, AllreduceAcrossTwoLaunchers) {
+  const int port = FreePortPair();
+  ASSERT_GT(port, 0);
+  ChoirProcess node0(NodeArgs(0, port, CHOIR_ALLREDUCE_RANK_PATH));
+  ChoirProcess node1(NodeArgs(1, port, CHOIR_ALLREDUCE_RANK_PATH));
+  const Outcome r0 = node0.Wait(9);
+  const Outcome r1 = node1.Wait(9);
+  ASSERT_EQ(r0.exit_code, 0) << r0.out << r0.err;
+  ASSERT_EQ(r1.exit_code, 0) << r1.out << r1.err;
+  EXPECT_EQ(ChoirProcess::CountLines(r0.out, "of 4 sum 10"), 2) << r0.out;
+  EXPECT_EQ(ChoirProcess::CountLines(r1.out, "of 4 sum 10"), 2) << r1.out;
 }
 
 TEST(MultiNodeTest, EnvironmentOnTheSecondNode) {
