@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -80,6 +81,11 @@ class Work {
   // The result when done; OK while running.
   Status status() const;
   WorkInfo info() const;
+  // Calls `callback` with the final status once the operation finishes: at once
+  // (on this thread) if it already has, otherwise on the thread that completes
+  // it. Wait() returns only after callbacks registered before completion ran.
+  // The callback must not block or wait for this Work; it may issue new operations.
+  void Then(std::function<void(const Status&)> callback) const;
 
   struct State;
   explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}

@@ -373,6 +373,27 @@ TEST(CommTest, WaitForReportsStillRunning) {
   ExpectAllOk(results);
 }
 
+TEST(CommTest, ThenRunsOnceWithTheFinalStatus) {
+  auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    std::vector<int32_t> big(1 << 18, 1);
+    std::atomic<int> calls{0};
+    Status seen = InternalError("not called");
+    std::mutex mu;
+    Work w = comm.Allreduce(big.data(), big.data(), big.size(), DataType::kInt32, ReduceOp::kSum);
+    w.Then([&](const Status& s) {
+      std::lock_guard<std::mutex> lock(mu);
+      seen = s;
+      ++calls;
+    });
+    CHOIR_RETURN_IF_ERROR(w.Wait());
+    w.Then([&](const Status&) { ++calls; });  // already done: runs right here
+    std::lock_guard<std::mutex> lock(mu);
+    if (calls.load() != 2 || !seen.ok()) return Status(Code::kInternal, "callbacks: " + std::to_string(calls.load()));
+    return Status::Ok();
+  });
+  ExpectAllOk(results);
+}
+
 TEST(CommTest, UnknownForcedAlgorithmIsInvalidArgument) {
   auto results = RunRanks(2, [](Communicator& comm) -> Status {
     int32_t v = 1;

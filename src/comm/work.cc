@@ -35,4 +35,19 @@ WorkInfo Work::info() const {
   return state_->info;
 }
 
+void Work::Then(std::function<void(const Status&)> callback) const {
+  if (!state_) {
+    callback(Status::Ok());
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!state_->done.load(std::memory_order_acquire)) {
+      state_->callbacks.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback(state_->status);
+}
+
 }  // namespace choir

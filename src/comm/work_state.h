@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <vector>
 
 #include "choir/communicator.h"
 
@@ -20,19 +21,25 @@ struct Work::State {
   std::atomic<bool> done{false};
   Status status;
   WorkInfo info;
-  std::function<void()> on_complete;  // set by integrations before the op may finish
+  std::vector<std::function<void(const Status&)>> callbacks;  // Work::Then
 
+  // Callbacks run before waiters are released, so that once Wait() returns
+  // every callback registered before completion has finished.
   void Complete(Status s, WorkInfo i) {
-    std::function<void()> callback;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      status = std::move(s);
-      info = std::move(i);
-      done.store(true, std::memory_order_release);
-      callback = std::move(on_complete);
+    std::unique_lock<std::mutex> lock(mu);
+    status = std::move(s);
+    info = std::move(i);
+    while (!callbacks.empty()) {
+      std::vector<std::function<void(const Status&)>> run;
+      run.swap(callbacks);
+      const Status final_status = status;
+      lock.unlock();
+      for (auto& callback : run) callback(final_status);
+      lock.lock();
     }
+    done.store(true, std::memory_order_release);
+    lock.unlock();
     cv.notify_all();
-    if (callback) callback();
   }
 };
 

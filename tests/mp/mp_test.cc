@@ -1,0 +1,196 @@
+// Multi-process tests: real ranks started by `choir run`, for every world size
+// the core issue names and both transports, plus the failure paths (a rank
+// killed mid-collective, a rank that exits, mismatched collectives, a silent
+// rank, a store that never answers, bad launch environments). Every test
+// bounds its run time, so a hang fails the test instead of blocking CI.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/socket.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Outcome {
+  int exit_code = -1;  // 128+signal when killed
+  std::string out;     // stdout and stderr, interleaved
+  double seconds = 0;
+  bool timed_out = false;
+};
+
+// Runs argv with extra environment variables, killing its process group after `timeout_s`.
+Outcome Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+            double timeout_s) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return {};
+  const auto start = Clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(pipefd[1], 1);
+    dup2(pipefd[1], 2);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(pipefd[1]);
+  Outcome o;
+  char buf[65536];
+  while (true) {
+    const double left = timeout_s - std::chrono::duration<double>(Clock::now() - start).count();
+    if (left <= 0) {
+      o.timed_out = true;
+      kill(-pid, SIGKILL);
+      break;
+    }
+    pollfd p{pipefd[0], POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left * 1000) + 1) > 0) {
+      const ssize_t n = read(pipefd[0], buf, sizeof(buf));
+      if (n <= 0) break;
+      o.out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(pipefd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  o.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return o;
+}
+
+std::vector<std::string> Launch(int n, const std::vector<std::string>& program) {
+  std::vector<std::string> argv = {CHOIR_BIN, "run", "-n", std::to_string(n), "--grace", "20", "--"};
+  argv.insert(argv.end(), program.begin(), program.end());
+  return argv;
+}
+
+bool Contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+class SweepProcessTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+
+TEST_P(SweepProcessTest, AllCollectivesAllTypesCorrect) {
+  const auto [n, transport] = GetParam();
+  const Outcome o = Run(Launch(n, {CHOIR_BIN, "sweep", "--transport", transport}),
+                        {{"CHOIR_TIMEOUT", "120"}}, 600);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_TRUE(Contains(o.out, "ALL OK")) << o.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, SweepProcessTest,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 7, 8),
+                                            ::testing::Values(std::string("tcp"), std::string("shm"))),
+                         [](const auto& p) {
+                           return std::get<1>(p.param) + "_n" + std::to_string(std::get<0>(p.param));
+                         });
+
+class FaultTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FaultTest, KilledRankGivesPeerLostOnEverySurvivor) {
+  const Outcome o = Run(Launch(3, {FAULT_RANK_BIN, "kill", "1"}),
+                        {{"CHOIR_TIMEOUT", "30"}, {"CHOIR_TRANSPORT", GetParam()}}, 60);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_TRUE(Contains(o.out, "RESULT E304 rank=0")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "RESULT E304 rank=2")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "rank 1")) << o.out;       // the dead rank is named
+  EXPECT_EQ(o.exit_code, 128 + SIGKILL) << o.out;         // the launcher reports the first failure
+  EXPECT_LT(o.seconds, 30);                                // well within the deadline
+}
+
+TEST_P(FaultTest, ExitedRankGivesPeerLost) {
+  const Outcome o = Run(Launch(3, {FAULT_RANK_BIN, "exit", "2"}),
+                        {{"CHOIR_TIMEOUT", "30"}, {"CHOIR_TRANSPORT", GetParam()}}, 60);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_TRUE(Contains(o.out, "RESULT E304 rank=0")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "RESULT E304 rank=1")) << o.out;
+  EXPECT_EQ(o.exit_code, 7) << o.out;
+}
+
+TEST_P(FaultTest, MismatchedCountEveryRankGetsMismatch) {
+  const Outcome o = Run(Launch(3, {FAULT_RANK_BIN, "mismatch"}),
+                        {{"CHOIR_TIMEOUT", "30"}, {"CHOIR_TRANSPORT", GetParam()}}, 60);
+  EXPECT_FALSE(o.timed_out);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(Contains(o.out, "RESULT E401 rank=" + std::to_string(r))) << o.out;
+  }
+  EXPECT_TRUE(Contains(o.out, "float32 x 1023")) << o.out;  // both signatures are shown
+  EXPECT_TRUE(Contains(o.out, "float32 x 1024")) << o.out;
+}
+
+TEST_P(FaultTest, SilentRankTimesOutNamingIt) {
+  const Outcome o = Run(Launch(3, {FAULT_RANK_BIN, "silent", "2"}),
+                        {{"CHOIR_TIMEOUT", "2"}, {"CHOIR_STALL_SECONDS", "0.5"}, {"CHOIR_TRANSPORT", GetParam()}}, 60);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_TRUE(Contains(o.out, "RESULT E400")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "rank 2")) << o.out;
+  EXPECT_LT(o.seconds, 30);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, FaultTest, ::testing::Values("tcp", "shm"));
+
+TEST(EnvironmentTest, BadLaunchEnvironmentsGiveNumberedErrors) {
+  struct Case {
+    std::map<std::string, std::string> env;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {{{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "E101"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "-4"}}, "E101"},
+      {{{"RANK", "5"}, {"WORLD_SIZE", "2"}}, "E102"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "two"}}, "E105"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"CHOIR_TIMEOUT", "soon"}}, "E105"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"CHOIR_TRANSPORT", "pigeon"}}, "E105"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"CHOIR_STORE_ADDR", "nohostport"}}, "E100"},
+  };
+  for (const auto& c : cases) {
+    const Outcome o = Run({FAULT_RANK_BIN, "create"}, c.env, 20);
+    EXPECT_FALSE(o.timed_out);
+    EXPECT_TRUE(Contains(o.out, "RESULT " + c.want)) << c.want << ": " << o.out;
+  }
+}
+
+TEST(EnvironmentTest, StoreThatNeverAnswersTimesOut) {
+  // Accepts connections but never says a word.
+  auto listener = choir::net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  const int port = choir::net::LocalPort(listener->get());
+  const Outcome o = Run({FAULT_RANK_BIN, "create"},
+                        {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"CHOIR_TIMEOUT", "1.5"},
+                         {"CHOIR_STORE_ADDR", "127.0.0.1:" + std::to_string(port)}},
+                        30);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_TRUE(Contains(o.out, "RESULT E300") || Contains(o.out, "RESULT E200")) << o.out;
+  EXPECT_LT(o.seconds, 10);
+}
+
+TEST(EnvironmentTest, NoStoreAtAllIsUnreachable) {
+  auto listener = choir::net::Listen("127.0.0.1", 0);  // reserve a port, then free it
+  ASSERT_TRUE(listener.ok());
+  const int port = choir::net::LocalPort(listener->get());
+  listener->Reset();
+  const Outcome o = Run({FAULT_RANK_BIN, "create"},
+                        {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"CHOIR_TIMEOUT", "1"},
+                         {"CHOIR_STORE_ADDR", "127.0.0.1:" + std::to_string(port)}},
+                        30);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_TRUE(Contains(o.out, "RESULT E301") || Contains(o.out, "RESULT E201")) << o.out;
+}
+
+}  // namespace
