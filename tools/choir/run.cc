@@ -32,9 +32,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -105,10 +106,10 @@ Result<std::string> ResolveProgram(const std::string& name) {
     const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
     if (check(candidate).ok()) return candidate;
   }
-  return Status(Code::kLaunchFailed, "cannot execute '" + name +
-                                         "': no executable of that name in PATH; give a path "
-                                         "(./" +
-                                         name + ") or fix PATH");
+  return Status(Code::kLaunchFailed,
+                fmt::format("cannot execute '{}': no executable of that name in PATH; give a "
+                            "path (./{}) or fix PATH",
+                            name, name));
 }
 
 // A port that was free a moment ago (the usual race: another process may take
@@ -206,7 +207,7 @@ class RunCommand : public Subcommand {
                                             {"CHOIR_JOB_ID", job_id_},
                                             {"CHOIR_LAUNCHER", "1"}})});
     }
-    // Declared after server_, so ranks are stopped before the store goes away.
+    // server_ is a member and outlives this: ranks are stopped before the store goes away.
     RankSupervisor supervisor(std::move(options), signals_);
     if (Status s = supervisor.Start(); !s.ok()) {
       ReportError(s);
