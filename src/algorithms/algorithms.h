@@ -20,12 +20,17 @@
 namespace choir::algorithms {
 
 using AlgoFn = Status (*)(Context& ctx, const OpArgs& args);
+// Whether an algorithm can run this operation on this group at all.
+using UsableFn = bool (*)(const Context& ctx, const OpArgs& args);
 
 struct Algorithm {
   const char* name;   // unique per collective, shown by `choir perf` and in logs
   CollKind kind;
   AlgoFn fn;
   const char* cost;   // the cost line, for `choir topo` and docs
+  UsableFn usable = nullptr;  // null: works on any group
+  // Why the algorithm is not usable (for a forced choice that cannot be honoured).
+  const char* needs = "";
 };
 
 // Every algorithm, grouped by collective.
@@ -42,6 +47,29 @@ Status GatherLinear(Context& c, const OpArgs& a);
 Status ScatterLinear(Context& c, const OpArgs& a);
 Status AlltoallPairwise(Context& c, const OpArgs& a);  // also AlltoallV
 Status BarrierDissemination(Context& c, const OpArgs& a);
+
+// Same-host: shm_flat.cc (small payloads in shared slots) and cma.cc (single copy).
+Status AllreduceFlat(Context& c, const OpArgs& a);
+Status ReduceFlat(Context& c, const OpArgs& a);
+Status ReduceScatterFlat(Context& c, const OpArgs& a);
+Status BroadcastFlat(Context& c, const OpArgs& a);
+Status AllgatherFlat(Context& c, const OpArgs& a);
+Status GatherFlat(Context& c, const OpArgs& a);
+Status ScatterFlat(Context& c, const OpArgs& a);
+Status AlltoallFlat(Context& c, const OpArgs& a);
+Status BarrierFlat(Context& c, const OpArgs& a);
+bool FlatUsable(const Context& c, const OpArgs& a);
+size_t FlatSlotBytes(const OpArgs& a, int n);
+
+Status AllreduceCma(Context& c, const OpArgs& a);
+Status ReduceScatterCma(Context& c, const OpArgs& a);
+Status AllgatherCma(Context& c, const OpArgs& a);
+Status BroadcastCma(Context& c, const OpArgs& a);
+Status ReduceCma(Context& c, const OpArgs& a);
+Status GatherCma(Context& c, const OpArgs& a);
+Status ScatterCma(Context& c, const OpArgs& a);
+Status AlltoallCma(Context& c, const OpArgs& a);
+bool CmaUsable(const Context& c, const OpArgs& a);
 
 // Shared helpers.
 // dst <- src when they differ (no-op for in-place calls).

@@ -64,6 +64,19 @@ transport::Xfer Context::RecvReduce(int from, void* dst, size_t bytes, const voi
   return transport::Xfer::RecvReduce(CommRank(from), Header(bytes), dst, reduce_, elem_size_, operand);
 }
 
+Status Context::Mismatch(uint64_t their_word, uint64_t their_count, int comm_rank) const {
+  transport::MsgHeader expected;
+  expected.kind = static_cast<uint32_t>(transport::MsgKind::kCollective);
+  expected.seq = seq_;
+  expected.sig = sig_word_;
+  expected.count = sig_count_;
+  transport::MsgHeader got = expected;
+  got.sig = their_word;
+  got.count = their_count;
+  if (hooks_->on_mismatch) return hooks_->on_mismatch(expected, got, comm_rank);
+  return Status(Code::kCollectiveMismatch, "rank " + std::to_string(comm_rank) + " runs another collective");
+}
+
 Result<uint8_t*> Context::ScratchBytes(size_t bytes) {
   uint8_t* p = scratch_->Get(std::max<size_t>(bytes, 64));
   if (p == nullptr) {

@@ -60,6 +60,17 @@ class Context {
   Status Run(std::span<transport::Xfer> xfers);
   Status Run(std::initializer_list<transport::Xfer> xfers);
 
+  // Same-host support (see local_ops.h).
+  transport::LocalGroup* local_group() const { return endpoint_->local(); }
+  bool covers_whole_comm() const { return ranks_.empty(); }
+  Status WaitLocal(const std::function<bool()>& ready, const std::function<std::string()>& what) {
+    return endpoint_->WaitLocal(ready, *hooks_, what);
+  }
+  uint64_t sig_word() const { return sig_word_; }
+  uint64_t sig_count() const { return sig_count_; }
+  // The CollectiveMismatch for a peer whose signature differs from ours.
+  Status Mismatch(uint64_t their_word, uint64_t their_count, int comm_rank) const;
+
   // Scratch memory for this operation (SystemError when memory is exhausted).
   Result<uint8_t*> ScratchBytes(size_t bytes);
 

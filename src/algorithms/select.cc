@@ -20,16 +20,24 @@ Status BadRule(std::string_view rule, const std::string& why) {
                                            " (format: COLLECTIVE[:MIN-MAX]:ALGORITHM;...)");
 }
 
-// The default choice: latency-bound algorithm for small messages.
-const Algorithm* DefaultFor(CollKind kind, uint64_t bytes, const SelectConfig& config) {
-  const bool small = bytes <= config.small_bytes;
-  switch (kind) {
-    case CollKind::kAllreduce:
-      return FindAlgorithm(kind, small ? "recursive_doubling" : "ring");
-    default:
-      for (const Algorithm& a : AllAlgorithms()) {
-        if (a.kind == kind) return &a;
-      }
+bool Usable(const Algorithm& a, const Context& ctx, const OpArgs& args) {
+  return a.usable == nullptr || a.usable(ctx, args);
+}
+
+// The default choice: the host's shared area when the group is one host
+// (slots for small payloads, single copy for large), otherwise the
+// latency-bound algorithm for small messages and the bandwidth-bound one for
+// large.
+const Algorithm* DefaultFor(const Context& ctx, const OpArgs& args, uint64_t bytes,
+                            const SelectConfig& config) {
+  for (const Algorithm& a : AllAlgorithms()) {
+    if (a.kind == args.kind && a.usable != nullptr && a.usable(ctx, args)) return &a;
+  }
+  if (args.kind == CollKind::kAllreduce) {
+    return FindAlgorithm(args.kind, bytes <= config.small_bytes ? "recursive_doubling" : "ring");
+  }
+  for (const Algorithm& a : AllAlgorithms()) {
+    if (a.kind == args.kind && a.usable == nullptr) return &a;
   }
   return nullptr;
 }
@@ -68,21 +76,27 @@ Result<std::vector<SelectRule>> ParseAlgoRules(std::string_view text) {
   return rules;
 }
 
-Result<const Algorithm*> SelectAlgorithm(const OpArgs& args, int world, const SelectConfig& config,
-                                         std::string_view forced) {
+Result<const Algorithm*> SelectAlgorithm(const Context& ctx, const OpArgs& args,
+                                         const SelectConfig& config, std::string_view forced) {
   if (!forced.empty()) {
     const Algorithm* a = FindAlgorithm(args.kind, forced);
     if (a == nullptr) {
       return InvalidArgument("no algorithm '" + std::string(forced) + "' for " +
                              CollKindName(args.kind) + "; available: " + NamesFor(args.kind));
     }
+    if (!Usable(*a, ctx, args)) {
+      return InvalidArgument("algorithm '" + std::string(forced) + "' cannot run this " +
+                             CollKindName(args.kind) + ": it needs " + a->needs);
+    }
     return a;
   }
-  const uint64_t bytes = args.SelectionBytes(world);
+  const uint64_t bytes = args.SelectionBytes(ctx.size());
   for (const SelectRule& r : config.rules) {
-    if (r.kind == args.kind && bytes >= r.min_bytes && bytes < r.max_bytes) return r.algorithm;
+    if (r.kind == args.kind && bytes >= r.min_bytes && bytes < r.max_bytes && Usable(*r.algorithm, ctx, args)) {
+      return r.algorithm;
+    }
   }
-  const Algorithm* a = DefaultFor(args.kind, bytes, config);
+  const Algorithm* a = DefaultFor(ctx, args, bytes, config);
   if (a == nullptr) return InternalError(std::string("no algorithm for ") + CollKindName(args.kind));
   return a;
 }

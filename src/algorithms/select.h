@@ -38,11 +38,12 @@ struct SelectConfig {
 // InvalidSetting naming the bad rule for a malformed string.
 Result<std::vector<SelectRule>> ParseAlgoRules(std::string_view text);
 
-// The algorithm for `args` on `world` ranks. `forced` (CallOptions.algorithm)
-// wins over everything; an unknown forced name is InvalidArgument listing the
-// algorithms that exist for the collective.
-Result<const Algorithm*> SelectAlgorithm(const OpArgs& args, int world, const SelectConfig& config,
-                                         std::string_view forced);
+// The algorithm for `args` on the group of `ctx`. `forced` (CallOptions.algorithm)
+// wins over everything; an unknown or unusable forced name is InvalidArgument
+// saying what exists or what the algorithm needs. Rules of CHOIR_ALGO that
+// name an algorithm unusable here are skipped.
+Result<const Algorithm*> SelectAlgorithm(const Context& ctx, const OpArgs& args,
+                                         const SelectConfig& config, std::string_view forced);
 
 }  // namespace choir::algorithms
 

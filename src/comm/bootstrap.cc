@@ -227,6 +227,8 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   co.deadline = deadline;
   co.ring_bytes = params::GetBytes(params::Id::kShmRingBytes);
   co.tcp_chunk_bytes = params::GetBytes(params::Id::kTcpChunkBytes);
+  co.area_slot_bytes = params::GetBytes(params::Id::kShmSlotBytes);
+  co.allow_cma = params::GetString(params::Id::kShmCma) != "off";
   const bool oversubscribed = local > OnlineCpus();
   co.wait.spin_ns = oversubscribed ? 0 : params::GetInt(params::Id::kSpinMicros) * 1000;
   co.wait.yields = oversubscribed ? 2 : 4;

@@ -99,10 +99,10 @@ Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_
   Status s;
   if (config_.mismatch == MismatchCheck::kFull && size_ > 1) s = CheckSignatures(sig, seq, deadline);
   if (s.ok()) {
-    auto algo = algorithms::SelectAlgorithm(args, size_, config_.select, options.algorithm);
+    algorithms::Context ctx(*endpoint_, hooks, seq, sig, args, scratch_);
+    auto algo = algorithms::SelectAlgorithm(ctx, args, config_.select, options.algorithm);
     if (!algo.ok()) return algo.status().WithContext(Describe(sig, seq));
     *algo_name = (*algo)->name;
-    algorithms::Context ctx(*endpoint_, hooks, seq, sig, args, scratch_);
     s = (*algo)->fn(ctx, args);
   }
   if (s.ok()) return s;

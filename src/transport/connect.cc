@@ -1,10 +1,12 @@
 #include "transport/connect.h"
 
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "base/logging.h"
@@ -110,7 +112,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     const std::string name = fmt::format("/choir-{:016x}-{}-{}", HashString(options.job_id + "/" + options.comm_uid),
                                          rank, getpid());
     CHOIR_ASSIGN_OR_RETURN(own, Segment::Create(name, rank, static_cast<int>(my_shm.size()),
-                                                options.ring_bytes, token));
+                                                options.ring_bytes, options.area_slot_bytes, token));
     CHOIR_RETURN_IF_ERROR(store.Set("shm/" + std::to_string(rank), fmt::format("{} {:016x}", name, token)));
   }
 
@@ -206,18 +208,60 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     peer_segments.push_back(std::move(seg));
   }
 
-  // 6. Everyone is connected and mapped: segment names can go.
-  CHOIR_RETURN_IF_ERROR(store.Set("ready/" + std::to_string(rank), "1"));
+  // 6. Can we read local peers' memory directly (process_vm_readv)? Blocked
+  // by seccomp in many containers and by ptrace restrictions on some hosts.
+  bool cma_ok = options.allow_cma;
+  for (const auto& seg : peer_segments) {
+    if (!cma_ok) break;
+    uint64_t magic = 0;
+    iovec local{&magic, sizeof(magic)};
+    iovec remote{reinterpret_cast<void*>(seg->header()->self_addr), sizeof(magic)};
+    const ssize_t got = process_vm_readv(seg->header()->pid, &local, 1, &remote, 1, 0);
+    cma_ok = got == static_cast<ssize_t>(sizeof(magic)) && magic == kSegmentMagic;
+    if (!cma_ok) {
+      CHOIR_LOG(Info, SHM, "rank {}: process_vm_readv to rank {} not allowed ({}); large same-host "
+                "transfers take the ring path", rank, seg->header()->rank, std::strerror(errno));
+    }
+  }
+
+  // 7. Everyone is connected and mapped: segment names can go.
+  CHOIR_RETURN_IF_ERROR(store.Set("ready/" + std::to_string(rank), cma_ok ? "cma=1" : "cma=0"));
   std::vector<std::string> keys;
   for (int p : my_shm) {
     if (p != rank) keys.push_back("ready/" + std::to_string(p));
   }
+  bool group_cma = cma_ok;
   if (!keys.empty()) {
     Status s = store.Wait(keys, Remaining(deadline));
     if (!s.ok()) return s.WithContext("waiting for local ranks to map their shared-memory segments");
+    for (const std::string& key : keys) {
+      auto v = store.Get(key);
+      group_cma = group_cma && v.ok() && *v == "cma=1";
+    }
   }
+
+  // 8. The same-host group, when every local rank shares memory with every other.
+  std::unique_ptr<LocalGroup> group;
+  bool transitive = my_shm.size() > 1;
+  for (int p : my_shm) transitive = transitive && plan.shm_peers[static_cast<size_t>(p)] == my_shm;
+  if (transitive) {
+    group = std::make_unique<LocalGroup>();
+    group->ranks = my_shm;
+    group->cma = group_cma;
+    size_t next_peer = 0;
+    for (size_t i = 0; i < my_shm.size(); ++i) {
+      const int p = my_shm[i];
+      Segment* seg = p == rank ? own.get() : peer_segments[next_peer++].get();
+      if (p == rank) group->index = static_cast<int>(i);
+      group->areas.push_back(seg->area());
+      group->headers.push_back(seg->header());
+      group->pids.push_back(seg->header()->pid);
+    }
+  }
+
   auto ep = std::make_unique<Endpoint>(rank, n, std::move(channels), std::move(own),
                                        std::move(peer_segments), options.wait);
+  ep->set_local(std::move(group));
   ep->UnlinkSegment();
   CHOIR_LOG(Debug, INIT, "rank {}: {} shm peers, {} tcp peers", rank, my_shm.size() - 1,
             lower.size() + higher.size());

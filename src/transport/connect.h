@@ -39,6 +39,8 @@ struct ConnectOptions {
   std::string comm_uid;   // unique per communicator incarnation
   Deadline deadline = Deadline::Infinite();
   size_t ring_bytes = 2 << 20;
+  size_t area_slot_bytes = 64 << 10;
+  bool allow_cma = true;
   size_t tcp_chunk_bytes = 512 << 10;
   WaitPolicy wait;
 };

@@ -246,6 +246,62 @@ Status Endpoint::Timeout(std::span<Xfer> xfers, double waited) const {
   return Status(Code::kCollectiveTimeout, msg);
 }
 
+Status Endpoint::WaitLocal(const std::function<bool()>& ready, const RunHooks& hooks,
+                           const std::function<std::string()>& waiting_for) {
+  if (ready()) return Status::Ok();
+  const int64_t start = NowNanos();
+  int64_t last_check = start;
+  int64_t last_stall = start;
+  int yields = 0;
+  SegmentHeader* h = own_segment_ ? own_segment_->header() : nullptr;
+  while (true) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return Status::Ok();
+      _mm_pause();
+    }
+    if (abort_requested_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(g_abort_mu);
+      return abort_status_;
+    }
+    const int64_t now = NowNanos();
+    if (now - last_check > kMaxSleepNs) {
+      last_check = now;
+      CHOIR_RETURN_IF_ERROR(CheckPeers({}));
+      if (local_) {
+        for (int r : local_->ranks) {
+          Channel* ch = r == rank_ ? nullptr : channels_[static_cast<size_t>(r)].get();
+          if (ch) CHOIR_RETURN_IF_ERROR(ch->CheckAlive());
+        }
+      }
+    }
+    if (hooks.deadline.Expired()) {
+      CHOIR_RETURN_IF_ERROR(CheckPeers({}));
+      return Status(Code::kCollectiveTimeout,
+                    fmt::format("no progress for {:.1f} s while waiting for {}",
+                                static_cast<double>(now - start) * 1e-9, waiting_for()));
+    }
+    if (hooks.stall_seconds > 0 && hooks.on_stall &&
+        now - last_stall > static_cast<int64_t>(hooks.stall_seconds * 1e9)) {
+      last_stall = now;
+      CHOIR_RETURN_IF_ERROR(hooks.on_stall(static_cast<double>(now - start) * 1e-9));
+    }
+    if (now - start < policy_.spin_ns) continue;
+    if (yields < policy_.yields) {
+      ++yields;
+      sched_yield();
+      continue;
+    }
+    if (h == nullptr) continue;
+    const uint32_t seen = h->doorbell.load(std::memory_order_acquire);
+    h->sleeping.store(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!ready() && !abort_requested_.load(std::memory_order_acquire)) {
+      WaitSegment(h, seen, std::min<int64_t>(hooks.deadline.RemainingNanos(), kMaxSleepNs));
+    }
+    h->sleeping.store(0, std::memory_order_relaxed);
+  }
+}
+
 void Endpoint::WaitTcp(const RunHooks& hooks, bool shm_pending) {
   // With local peers also pending, sleep only briefly: their progress does
   // not show up in epoll.

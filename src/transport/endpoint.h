@@ -29,6 +29,7 @@
 #include "base/fd.h"
 #include "choir/status.h"
 #include "transport/channel.h"
+#include "transport/shm/local_group.h"
 #include "transport/shm/segment.h"
 #include "transport/xfer.h"
 
@@ -82,6 +83,15 @@ class Endpoint {
 
   // Unlinks this rank's segment name (after every peer has mapped it).
   void UnlinkSegment();
+
+  // Same-host group for the shared-area algorithms, or null.
+  LocalGroup* local() { return local_.get(); }
+  void set_local(std::unique_ptr<LocalGroup> local) { local_ = std::move(local); }
+  // Blocks until ready() holds, with the same spin/yield/sleep policy, deadline,
+  // abort and dead-peer checks as Run(). `waiting_for` describes, for a timeout
+  // message, what is still missing.
+  Status WaitLocal(const std::function<bool()>& ready, const RunHooks& hooks,
+                   const std::function<std::string()>& waiting_for);
   // Where per-peer traffic is counted (once per finished Xfer).
   void set_metrics(diag::CommMetrics* metrics) { metrics_ = metrics; }
 
@@ -119,6 +129,7 @@ class Endpoint {
   std::vector<StashInProgress> stash_progress_;     // per peer
 
   diag::CommMetrics* metrics_ = nullptr;
+  std::unique_ptr<LocalGroup> local_;
   std::atomic<bool> abort_requested_{false};
   Status abort_status_;  // written before abort_requested_ is set
 };
