@@ -41,6 +41,20 @@ Context Context::Subgroup(std::vector<int> ranks) const {
   return sub;
 }
 
+Context Context::WithOp(ReduceOp op) const {
+  Context c = *this;
+  c.op_ = op;
+  c.reduce_ = kernels::GetReduceFn(dtype_, op == ReduceOp::kAvg ? ReduceOp::kSum : op);
+  return c;
+}
+
+std::vector<int> Context::GroupRanks() const {
+  if (!ranks_.empty()) return ranks_;
+  std::vector<int> all(static_cast<size_t>(endpoint_->size()));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  return all;
+}
+
 transport::MsgHeader Context::Header(size_t bytes) {
   transport::MsgHeader h;
   h.kind = static_cast<uint32_t>(transport::MsgKind::kCollective);

@@ -17,11 +17,14 @@
 #include <span>
 #include <vector>
 
+#include "algorithms/layout.h"
 #include "algorithms/op.h"
 #include "kernels/reduce.h"
 #include "transport/endpoint.h"
 
 namespace choir::algorithms {
+
+struct SelectConfig;
 
 // Growable scratch memory owned by the communicator, reused across operations.
 class Scratch {
@@ -42,6 +45,16 @@ class Context {
           const Signature& signature, const OpArgs& args, Scratch& scratch);
   // A sub-group view: `ranks` lists the communicator ranks of the group in group order.
   Context Subgroup(std::vector<int> ranks) const;
+  // The same view combining with `op` (hierarchical steps of an average sum,
+  // and divide once at the end).
+  Context WithOp(ReduceOp op) const;
+
+  // Host layout of the whole communicator (null when unknown).
+  const Layout* layout() const { return layout_; }
+  void set_layout(const Layout* layout) { layout_ = layout; }
+  // Selection settings, for algorithms that choose their own sub-steps.
+  const SelectConfig* select_config() const { return select_; }
+  void set_select_config(const SelectConfig* config) { select_ = config; }
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(ranks_.empty() ? endpoint_->size() : ranks_.size()); }
@@ -63,6 +76,8 @@ class Context {
   // Same-host support (see local_ops.h).
   transport::LocalGroup* local_group() const { return endpoint_->local(); }
   bool covers_whole_comm() const { return ranks_.empty(); }
+  // Communicator ranks of this group in group order.
+  std::vector<int> GroupRanks() const;
   Status WaitLocal(const std::function<bool()>& ready, const std::function<std::string()>& what) {
     return endpoint_->WaitLocal(ready, *hooks_, what);
   }
@@ -87,6 +102,8 @@ class Context {
   size_t elem_size_;
   kernels::ReduceFn reduce_;
   Scratch* scratch_;
+  const Layout* layout_ = nullptr;
+  const SelectConfig* select_ = nullptr;
   std::vector<int> ranks_;  // empty: identity over the whole communicator
   int rank_;
   uint64_t step_ = 0;
