@@ -165,6 +165,6 @@ Status AlltoallCma(Context& c, const OpArgs& a) {
   return op.Finish();
 }
 
-bool CmaUsable(const Context& c, const OpArgs&) { return LocalGroupUsable(c) && c.local_group()->cma; }
+bool CmaUsable(const GroupView& g, const OpArgs&) { return g.same_host && g.cma; }
 
 }  // namespace choir::algorithms

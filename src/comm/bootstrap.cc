@@ -236,6 +236,9 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   if (!endpoint.ok()) return endpoint.status();
 
   auto impl = std::unique_ptr<CommImpl>(new CommImpl(store, scoped, rank, size, std::move(config)));
+  std::vector<std::string> host_names;
+  for (const auto& p : peers) host_names.push_back(p.host_id);
+  impl->layout_ = algorithms::Layout::FromHostNames(host_names);
   impl->peers_ = std::move(peers);
   impl->endpoint_ = std::move(*endpoint);
   impl->metrics_ = diag::RegisterComm(impl->config_.job_id, impl->config_.uid, rank, size);
