@@ -104,7 +104,7 @@ Status Context::Mismatch(uint64_t their_word, uint64_t their_count, int comm_ran
   transport::MsgHeader got = expected;
   got.sig = their_word;
   got.count = their_count;
-  if (hooks_->on_mismatch) return hooks_->on_mismatch(expected, got, comm_rank);
+  if (hooks_->observer) return hooks_->observer->Mismatch(expected, got, comm_rank);
   return Status(Code::kCollectiveMismatch, "rank " + std::to_string(comm_rank) + " runs another collective");
 }
 

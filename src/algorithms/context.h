@@ -92,6 +92,7 @@ class Context {
   Status WaitLocal(const std::function<bool()>& ready, const std::function<std::string()>& what) {
     return endpoint_->WaitLocal(ready, *hooks_, what);
   }
+  void CountSharedRead(int group_rank, uint64_t bytes) { endpoint_->CountSharedRead(CommRank(group_rank), bytes); }
   uint64_t sig_word() const { return sig_word_; }
   uint64_t sig_count() const { return sig_count_; }
   // The CollectiveMismatch for a peer whose signature differs from ours.

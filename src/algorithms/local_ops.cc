@@ -103,6 +103,11 @@ Status AreaOp::WaitAll() {
 }
 
 void AreaOp::FinishReads() {
+  // Traffic through the shared slots is counted on the reading side.
+  for (int p = 0; p < size(); ++p) {
+    const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(parity_);
+    if (p != me() && h->id.load(std::memory_order_relaxed) == id_) ctx_->CountSharedRead(p, h->bytes);
+  }
   group_->mine().ctl()->read_done[parity_].store(id_, std::memory_order_release);
   group_->NotifyPeers();
 }
@@ -181,6 +186,7 @@ Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<P
 
 Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes) {
   Context& c = op.ctx();
+  c.CountSharedRead(p, bytes);
   if (bytes < kStreamingBytes) return ReadRemote(op.pid(p), c.CommRank(p), dst, remote, bytes);
   CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(kCmaChunkBytes));
   for (size_t done = 0; done < bytes; done += kCmaChunkBytes) {
@@ -212,6 +218,7 @@ Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const u
       }
       uint8_t* buf = tmp + static_cast<size_t>(p) * chunk * es;
       CHOIR_RETURN_IF_ERROR(ReadRemote(op.pid(p), c.CommRank(p), buf, bufs[static_cast<size_t>(p)].send + off, m * es));
+      c.CountSharedRead(p, m * es);
       srcs[static_cast<size_t>(p)] = buf;
     }
     uint8_t* out = dst + done * es;

@@ -46,6 +46,10 @@ TransportKind Endpoint::kind(int peer) const {
   return ch == nullptr ? TransportKind::kShm : ch->kind();
 }
 
+void Endpoint::CountSharedRead(int peer, uint64_t bytes) {
+  if (metrics_ != nullptr && bytes > 0) metrics_->AddPeerBytes(peer, 0, 0, bytes);
+}
+
 void Endpoint::UnlinkSegment() {
   if (own_segment_) own_segment_->Unlink();
 }
@@ -143,7 +147,7 @@ Result<bool> Endpoint::StepRecv(Xfer& x, Channel& ch, const RunHooks& hooks) {
     } else {
       if (got_p2p) return ContinueStash(ch);
       if (!SameSignature(h, x.header) || h.length != x.header.length) {
-        return hooks.on_mismatch ? hooks.on_mismatch(x.header, h, ch.peer())
+        return hooks.observer ? hooks.observer->Mismatch(x.header, h, ch.peer())
                                  : Status(Code::kCollectiveMismatch,
                                           "unexpected message from " + ch.Describe());
       }
@@ -280,10 +284,10 @@ Status Endpoint::WaitLocal(const std::function<bool()>& ready, const RunHooks& h
                     fmt::format("no progress for {:.1f} s while waiting for {}",
                                 static_cast<double>(now - start) * 1e-9, waiting_for()));
     }
-    if (hooks.stall_seconds > 0 && hooks.on_stall &&
+    if (hooks.stall_seconds > 0 && hooks.observer &&
         now - last_stall > static_cast<int64_t>(hooks.stall_seconds * 1e9)) {
       last_stall = now;
-      CHOIR_RETURN_IF_ERROR(hooks.on_stall(static_cast<double>(now - start) * 1e-9));
+      CHOIR_RETURN_IF_ERROR(hooks.observer->Stall(static_cast<double>(now - start) * 1e-9));
     }
     if (now - start < policy_.spin_ns) continue;
     if (yields < policy_.yields) {
@@ -373,10 +377,10 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
       CHOIR_RETURN_IF_ERROR(CheckPeers(xfers));
       return Timeout(xfers, static_cast<double>(now - start) * 1e-9);
     }
-    if (hooks.stall_seconds > 0 && hooks.on_stall &&
+    if (hooks.stall_seconds > 0 && hooks.observer &&
         now - std::max(idle_since, last_stall) > static_cast<int64_t>(hooks.stall_seconds * 1e9)) {
       last_stall = now;
-      CHOIR_RETURN_IF_ERROR(hooks.on_stall(static_cast<double>(now - start) * 1e-9));
+      CHOIR_RETURN_IF_ERROR(hooks.observer->Stall(static_cast<double>(now - start) * 1e-9));
     }
     if (now - idle_since < policy_.spin_ns) {
       for (int i = 0; i < 16; ++i) _mm_pause();
