@@ -56,8 +56,10 @@ std::string RankList(const std::vector<int>& ranks) {
   return out;
 }
 
-HandshakeHello MakeHello(const ConnectOptions& o, int from, int to) {
+HandshakeHello MakeHello(const ConnectOptions& o, int from, int to, int stream) {
   HandshakeHello h;
+  h.stream = stream;
+  h.streams = o.tcp_streams;
   h.protocol = static_cast<uint32_t>(kProtocolVersion);
   h.job_hash = HashString(o.job_id);
   h.comm_hash = HashString(o.comm_uid);
@@ -148,32 +150,44 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     if (p == rank || std::find(my_shm.begin(), my_shm.end(), p) != my_shm.end()) continue;
     (p < rank ? lower : higher).push_back(p);
   }
-  std::vector<Fd> lower_fds(lower.size());
+  const int streams = std::max(1, options.tcp_streams);
+  // lower_fds[i][k]: stream k to lower[i].
+  std::vector<std::vector<Fd>> lower_fds(lower.size());
   for (size_t i = 0; i < lower.size(); ++i) {
     const PeerInfo& peer = peers[static_cast<size_t>(lower[i])];
     std::string host;
     int port = 0;
     CHOIR_RETURN_IF_ERROR(net::SplitHostPort(peer.address, &host, &port));
-    auto fd = net::Connect(host, port, deadline);
-    if (!fd.ok()) {
-      return fd.status().WithContext("rank " + std::to_string(rank) + " connecting to rank " +
-                                     std::to_string(peer.rank) + " at " + peer.address +
-                                     " (check that this address is reachable from here, or pick "
-                                     "the interface with CHOIR_SOCKET_IFNAME)");
+    for (int k = 0; k < streams; ++k) {
+      auto fd = net::Connect(host, port, deadline);
+      if (!fd.ok()) {
+        return fd.status().WithContext("rank " + std::to_string(rank) + " connecting to rank " +
+                                       std::to_string(peer.rank) + " at " + peer.address +
+                                       " (check that this address is reachable from here, or pick "
+                                       "the interface with CHOIR_SOCKET_IFNAME)");
+      }
+      CHOIR_RETURN_IF_ERROR(SendHello(fd->get(), MakeHello(options, rank, peer.rank, k), deadline));
+      lower_fds[i].push_back(std::move(*fd));
     }
-    CHOIR_RETURN_IF_ERROR(SendHello(fd->get(), MakeHello(options, rank, peer.rank), deadline));
-    lower_fds[i] = std::move(*fd);
   }
 
-  // 3. TCP: accept every higher-ranked peer.
-  std::vector<bool> accepted(static_cast<size_t>(n), false);
-  size_t pending = higher.size();
+  auto prepare = [](Fd& fd) -> Status {
+    CHOIR_RETURN_IF_ERROR(net::SetNoDelay(fd.get()));
+    net::SetBufferSizes(fd.get(), 4 << 20);
+    return net::SetNonBlocking(fd.get(), true);
+  };
+
+  // 3. TCP: accept every stream of every higher-ranked peer.
+  std::vector<std::vector<Fd>> accepted(static_cast<size_t>(n));
+  std::vector<int> arrived(static_cast<size_t>(n), 0);
+  for (int p : higher) accepted[static_cast<size_t>(p)].resize(static_cast<size_t>(streams));
+  size_t pending = higher.size() * static_cast<size_t>(streams);
   while (pending > 0) {
     auto fd = net::Accept(listener.get(), deadline);
     if (!fd.ok()) {
       std::vector<int> missing;
       for (int p : higher) {
-        if (!accepted[static_cast<size_t>(p)]) missing.push_back(p);
+        if (arrived[static_cast<size_t>(p)] < streams) missing.push_back(p);
       }
       return Status(Code::kConnectTimeout,
                     "rank " + std::to_string(rank) + " waited for connections from rank(s) " +
@@ -181,34 +195,39 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
                         " until the deadline; they crashed during start-up or cannot reach this "
                         "address (wrong interface: set CHOIR_SOCKET_IFNAME)");
     }
-    int from = -1;
+    int from = -1, stream = -1;
     const Deadline hello_deadline = Deadline::Earlier(deadline, Deadline::AfterSeconds(10));
-    Status s = AcceptHello(fd->get(), MakeHello(options, -1, rank), &from, hello_deadline);
-    if (!s.ok() || from < 0 || from >= n || from <= rank || accepted[static_cast<size_t>(from)]) {
+    Status s = AcceptHello(fd->get(), MakeHello(options, -1, rank, 0), &from, &stream, hello_deadline);
+    if (s.code() == Code::kInvalidSetting) return s;  // our own job is misconfigured: stop
+    const bool fits = s.ok() && from > rank && from < n &&
+                      std::find(higher.begin(), higher.end(), from) != higher.end() &&
+                      !accepted[static_cast<size_t>(from)][static_cast<size_t>(stream)].valid();
+    if (!fits) {
       // A stray or foreign connection: refuse it and keep waiting for our peers.
       CHOIR_LOG(Warn, TCP, "rank {}: refused a connection from {}: {}", rank,
-                net::PeerAddress(fd->get()), s.ok() ? "unexpected rank" : s.ToString());
+                net::PeerAddress(fd->get()), s.ok() ? "unexpected rank or stream" : s.ToString());
       continue;
     }
-    accepted[static_cast<size_t>(from)] = true;
+    CHOIR_RETURN_IF_ERROR(prepare(*fd));
+    auto& slots = accepted[static_cast<size_t>(from)];
+    slots[static_cast<size_t>(stream)] = std::move(*fd);
     --pending;
-    CHOIR_RETURN_IF_ERROR(net::SetNoDelay(fd->get()));
-    net::SetBufferSizes(fd->get(), 4 << 20);
-    CHOIR_RETURN_IF_ERROR(net::SetNonBlocking(fd->get(), true));
-    const std::string addr = peers[static_cast<size_t>(from)].address;
-    channels[static_cast<size_t>(from)] =
-        std::make_unique<TcpChannel>(std::move(*fd), from, addr, options.tcp_chunk_bytes);
+    if (++arrived[static_cast<size_t>(from)] == streams) {
+      channels[static_cast<size_t>(from)] = std::make_unique<TcpChannel>(
+          std::move(slots), from, peers[static_cast<size_t>(from)].address, options.tcp_chunk_bytes,
+          options.tcp_stripe_bytes);
+    }
   }
 
   // 4. TCP: the lower peers' answers.
   for (size_t i = 0; i < lower.size(); ++i) {
     const PeerInfo& peer = peers[static_cast<size_t>(lower[i])];
-    CHOIR_RETURN_IF_ERROR(ReadReply(lower_fds[i].get(), peer.rank, peer.address, deadline));
-    CHOIR_RETURN_IF_ERROR(net::SetNoDelay(lower_fds[i].get()));
-    net::SetBufferSizes(lower_fds[i].get(), 4 << 20);
-    CHOIR_RETURN_IF_ERROR(net::SetNonBlocking(lower_fds[i].get(), true));
+    for (Fd& fd : lower_fds[i]) {
+      CHOIR_RETURN_IF_ERROR(ReadReply(fd.get(), peer.rank, peer.address, deadline));
+      CHOIR_RETURN_IF_ERROR(prepare(fd));
+    }
     channels[static_cast<size_t>(peer.rank)] = std::make_unique<TcpChannel>(
-        std::move(lower_fds[i]), peer.rank, peer.address, options.tcp_chunk_bytes);
+        std::move(lower_fds[i]), peer.rank, peer.address, options.tcp_chunk_bytes, options.tcp_stripe_bytes);
   }
 
   // 5. Shared memory: map the segments of our local peers.

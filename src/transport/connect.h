@@ -43,6 +43,8 @@ struct ConnectOptions {
   size_t area_slot_bytes = 64 << 10;
   bool allow_cma = true;
   size_t tcp_chunk_bytes = 512 << 10;
+  int tcp_streams = 1;               // sockets per peer pair
+  size_t tcp_stripe_bytes = 512 << 10;  // payloads this large are spread over the streams
   WaitPolicy wait;
 };
 

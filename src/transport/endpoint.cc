@@ -31,11 +31,13 @@ Endpoint::Endpoint(int rank, int size, std::vector<std::unique_ptr<Channel>> cha
       stash_progress_(static_cast<size_t>(size)) {
   epoll_fd_.Reset(epoll_create1(EPOLL_CLOEXEC));
   for (const auto& ch : channels_) {
-    if (ch == nullptr || ch->poll_fd() < 0) continue;
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-    ev.data.u32 = static_cast<uint32_t>(ch->peer());
-    epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, ch->poll_fd(), &ev);
+    if (ch == nullptr) continue;
+    for (int fd : ch->poll_fds()) {
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+      ev.data.u32 = static_cast<uint32_t>(ch->peer());
+      epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev);
+    }
   }
 }
 
