@@ -74,7 +74,8 @@ Result<RankPlace> DetectPlace(const std::string& synthetic) {
     // Binding on a synthetic topology is a silent no-op and reports every PU,
     // so a described machine answers with its first PU.
     hwloc_obj_t first = hwloc_get_obj_by_type(t, HWLOC_OBJ_PU, 0);
-    if (first == nullptr) return InvalidArgument("the synthetic description \"" + synthetic + "\" has no PU");
+    if (first == nullptr)
+      return InvalidArgument("the synthetic description \"" + synthetic + "\" has no PU");
     hwloc_bitmap_only(set.get(), first->os_index);
   } else if (hwloc_get_cpubind(t, set.get(), HWLOC_CPUBIND_PROCESS) != 0 &&
              hwloc_get_cpubind(t, set.get(), HWLOC_CPUBIND_THREAD) != 0) {

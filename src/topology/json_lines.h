@@ -26,12 +26,12 @@ struct JsonValue {
   Kind kind = Kind::kNull;
   int line = 0;  // 1-based line of the value (its opening bracket for containers)
   bool boolean = false;
-  int64_t integer = 0;          // kInteger (negative integers)
-  uint64_t non_negative = 0;    // kUnsigned
-  double number = 0;            // kFloat
-  std::string text;             // kString
-  std::vector<JsonValue> items;      // kArray
-  std::vector<JsonMember> members;   // kObject, in file order, duplicates kept
+  int64_t integer = 0;              // kInteger (negative integers)
+  uint64_t non_negative = 0;        // kUnsigned
+  double number = 0;                // kFloat
+  std::string text;                 // kString
+  std::vector<JsonValue> items;     // kArray
+  std::vector<JsonMember> members;  // kObject, in file order, duplicates kept
 
   bool IsInteger() const { return kind == Kind::kInteger || kind == Kind::kUnsigned; }
   bool IsNumber() const { return IsInteger() || kind == Kind::kFloat; }

@@ -22,18 +22,18 @@ JsonValue ParseOk(const std::string& text) {
 
 TEST(JsonLinesTest, EveryValueKnowsItsLine) {
   const JsonValue root = ParseOk(
-      "{\n"                       // 1
-      "  \"a\": 5,\n"             // 2
-      "  \"b\": [\n"              // 3
-      "    1,\n"                  // 4
-      "    -2\n"                  // 5: number followed directly by a newline
-      "  ],\n"                    // 6
-      "  \"c\": {\"d\": true},\n" // 7
-      "\n"                        // 8
-      "  \"e\":\n"                // 9: key and value on different lines
-      "    \"text\",\n"           // 10
-      "  \"f\": 1.5\n"            // 11
-      "}\n");                     // 12
+      "{\n"                        // 1
+      "  \"a\": 5,\n"              // 2
+      "  \"b\": [\n"               // 3
+      "    1,\n"                   // 4
+      "    -2\n"                   // 5: number followed directly by a newline
+      "  ],\n"                     // 6
+      "  \"c\": {\"d\": true},\n"  // 7
+      "\n"                         // 8
+      "  \"e\":\n"                 // 9: key and value on different lines
+      "    \"text\",\n"            // 10
+      "  \"f\": 1.5\n"             // 11
+      "}\n");                      // 12
   ASSERT_EQ(root.kind, JsonValue::Kind::kObject);
   EXPECT_EQ(root.line, 1);
   ASSERT_EQ(root.members.size(), 5u);
@@ -69,8 +69,8 @@ TEST(JsonLinesTest, DuplicateKeysAreKeptInOrder) {
 }
 
 TEST(JsonLinesTest, MalformedJsonGivesLineAndColumn) {
-  Result<JsonValue> r = ParseJsonWithLines("{\n  \"a\": 1,\n  \"b\" 2\n}", "t.json",
-                                           Code::kBadTopologyFile);
+  Result<JsonValue> r =
+      ParseJsonWithLines("{\n  \"a\": 1,\n  \"b\" 2\n}", "t.json", Code::kBadTopologyFile);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kBadTopologyFile);
   // The parser stops at the '2' where it expected ':'.

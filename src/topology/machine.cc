@@ -27,10 +27,11 @@ Status CheckSyntheticSize(const std::string& synthetic) {
       continue;
     }
     const std::optional<int64_t> arity = strings::ParseInt(token);
-    if (!arity || *arity > kMaxSyntheticPus || (pus *= std::max<int64_t>(*arity, 1)) > kMaxSyntheticPus) {
-      return InvalidArgument(fmt::format(
-          "the hwloc synthetic description \"{}\" has more than {} processing units", synthetic,
-          kMaxSyntheticPus));
+    if (!arity || *arity > kMaxSyntheticPus ||
+        (pus *= std::max<int64_t>(*arity, 1)) > kMaxSyntheticPus) {
+      return InvalidArgument(
+          fmt::format("the hwloc synthetic description \"{}\" has more than {} processing units",
+                      synthetic, kMaxSyntheticPus));
     }
   }
   return Status::Ok();
@@ -41,14 +42,15 @@ Status CheckSyntheticSize(const std::string& synthetic) {
 Result<HwlocTopology> HwlocTopology::Load(const std::string& synthetic) {
   if (!synthetic.empty()) CHOIR_RETURN_IF_ERROR(CheckSyntheticSize(synthetic));
   hwloc_topology_t raw = nullptr;
-  if (hwloc_topology_init(&raw) != 0) return ErrnoError(Code::kSystemError, errno, "hwloc_topology_init");
+  if (hwloc_topology_init(&raw) != 0)
+    return ErrnoError(Code::kSystemError, errno, "hwloc_topology_init");
   HwlocTopology topology;
   topology.handle_.reset(raw);
   if (!synthetic.empty() && hwloc_topology_set_synthetic(raw, synthetic.c_str()) != 0) {
-    return InvalidArgument(fmt::format(
-        "hwloc rejected the synthetic description \"{}\" (expected levels such as "
-        "\"pack:2 numa:1 core:4 pu:1\")",
-        synthetic));
+    return InvalidArgument(
+        fmt::format("hwloc rejected the synthetic description \"{}\" (expected levels such as "
+                    "\"pack:2 numa:1 core:4 pu:1\")",
+                    synthetic));
   }
   if (hwloc_topology_load(raw) != 0) {
     return ErrnoError(Code::kSystemError, errno,

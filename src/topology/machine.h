@@ -53,15 +53,15 @@ using Bitmap = std::unique_ptr<hwloc_bitmap_s, BitmapDeleter>;
 int ObjectNumber(hwloc_obj_t obj);
 
 struct CpuPlace {
-  int pu = -1;       // OS number of the PU (what taskset and sched_setaffinity use)
-  int core = -1;     // logical index of its core
+  int pu = -1;    // OS number of the PU (what taskset and sched_setaffinity use)
+  int core = -1;  // logical index of its core
   int package = -1;
   int numa = -1;
 };
 
 struct MachineLayout {
-  std::string description;      // "this machine" or the synthetic string
-  std::vector<CpuPlace> pus;    // hwloc logical order
+  std::string description;    // "this machine" or the synthetic string
+  std::vector<CpuPlace> pus;  // hwloc logical order
   int packages = 0;
   int numa_nodes = 0;
   int cores = 0;

@@ -1,11 +1,12 @@
 // The topology model: link defaults, lookups, synthetic jobs and the text
 // description `choir topo` prints.
+#include "choir/topology.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <set>
 
-#include "choir/topology.h"
 #include "topology/build.h"
 #include "topology/machine.h"
 
@@ -50,18 +51,17 @@ Topology SyntheticTopology(int hosts, int ranks_per_host, bool interleave,
   if (hosts > 0 && hosts <= topology::kMaxWorldSize) {
     for (int h = 0; h < hosts; ++h) names.push_back(fmt::format("host{}", h));
   }
-  std::string source = fmt::format("synthetic: {} host{} x {} rank{}{}", hosts,
-                                   hosts == 1 ? "" : "s", ranks_per_host,
-                                   ranks_per_host == 1 ? "" : "s",
-                                   interleave ? ", interleaved" : "");
+  std::string source = fmt::format(
+      "synthetic: {} host{} x {} rank{}{}", hosts, hosts == 1 ? "" : "s", ranks_per_host,
+      ranks_per_host == 1 ? "" : "s", interleave ? ", interleaved" : "");
   if (hwloc_synthetic.empty()) {
     return topology::JobTopology(names, ranks_per_host, interleave, nullptr, std::move(source));
   }
   Result<topology::MachineLayout> machine = topology::LoadMachineLayout(hwloc_synthetic);
   if (!machine.ok()) {
     // The signature has no Status; say why the places are unknown instead.
-    source += fmt::format(", hwloc \"{}\" unusable ({})", hwloc_synthetic,
-                          machine.status().message());
+    source +=
+        fmt::format(", hwloc \"{}\" unusable ({})", hwloc_synthetic, machine.status().message());
     return topology::JobTopology(names, ranks_per_host, interleave, nullptr, std::move(source));
   }
   source += fmt::format(", hwloc \"{}\"", hwloc_synthetic);
@@ -97,14 +97,15 @@ std::string SharedPlace(const Topology& topology, const std::vector<int>& ranks)
   if (packages.size() == 1 && *packages.begin() >= 0) {
     parts.push_back(fmt::format("package {}", *packages.begin()));
   }
-  if (numas.size() == 1 && *numas.begin() >= 0) parts.push_back(fmt::format("NUMA {}", *numas.begin()));
+  if (numas.size() == 1 && *numas.begin() >= 0)
+    parts.push_back(fmt::format("NUMA {}", *numas.begin()));
   return parts.empty() ? "" : fmt::format(" ({})", fmt::join(parts, ", "));
 }
 
 std::string RankLine(const RankPlace& place) {
-  std::string line = fmt::format("rank {}: package {}, NUMA {}, cores {}", place.rank,
-                                 Place(place.package), Place(place.numa),
-                                 place.cores.empty() ? "?" : FormatRankList(place.cores));
+  std::string line =
+      fmt::format("rank {}: package {}, NUMA {}, cores {}", place.rank, Place(place.package),
+                  Place(place.numa), place.cores.empty() ? "?" : FormatRankList(place.cores));
   if (!place.interface.empty()) line += ", interface " + place.interface;
   if (!place.ip.empty()) line += ", ip " + place.ip;
   return line;
@@ -156,9 +157,9 @@ std::string DescribeTopology(const Topology& topology) {
     groups_per_host.push_back(host.groups.size());
   }
   const size_t hosts = topology.hosts.size();
-  std::string world = fmt::format("world: {} rank{} on {} host{} ({} per host)", topology.world_size,
-                                  topology.world_size == 1 ? "" : "s", hosts, hosts == 1 ? "" : "s",
-                                  SizeRange(host_sizes));
+  std::string world = fmt::format("world: {} rank{} on {} host{} ({} per host)",
+                                  topology.world_size, topology.world_size == 1 ? "" : "s", hosts,
+                                  hosts == 1 ? "" : "s", SizeRange(host_sizes));
   if (std::any_of(groups_per_host.begin(), groups_per_host.end(), [](size_t g) { return g > 0; })) {
     world += fmt::format(", {} groups per host", SizeRange(groups_per_host));
   }

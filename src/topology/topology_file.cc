@@ -34,9 +34,9 @@ using topology::JsonMember;
 using topology::JsonValue;
 
 constexpr Code kBadFile = Code::kBadTopologyFile;
-constexpr size_t kMaxFileBytes = 16u << 20;     // rank tables are kilobytes
-constexpr int64_t kMaxPlaceNumber = 1 << 20;    // package, NUMA and CPU numbers
-constexpr size_t kMaxInterfaceLength = 15;      // Linux IFNAMSIZ - 1
+constexpr size_t kMaxFileBytes = 16u << 20;   // rank tables are kilobytes
+constexpr int64_t kMaxPlaceNumber = 1 << 20;  // package, NUMA and CPU numbers
+constexpr size_t kMaxInterfaceLength = 15;    // Linux IFNAMSIZ - 1
 
 const char* const kLinkNames[] = {"intra_group", "intra_host", "inter_host"};
 
@@ -94,8 +94,9 @@ class TopologyFileReader {
     }
     // The version comes first: a newer file's fields are not typos.
     CHOIR_RETURN_IF_ERROR(ReadVersion(root));
-    CHOIR_RETURN_IF_ERROR(CheckMembers(root, "", "the top level",
-                                       {"version", "world_size", "comment", "hosts", "links", "ranks"}));
+    CHOIR_RETURN_IF_ERROR(
+        CheckMembers(root, "", "the top level",
+                     {"version", "world_size", "comment", "hosts", "links", "ranks"}));
     if (const JsonValue* comment = Get(root, "comment")) {
       CHOIR_RETURN_IF_ERROR(ReadString(*comment, "comment", /*allow_empty=*/true).status());
     }
@@ -139,8 +140,8 @@ class TopologyFileReader {
         size_t best_distance = 3;  // more edits than this is not a typo
         for (std::string_view k : known) {
           // "latency" for "latency_us" is a typo too, though three edits away.
-          const bool prefix = m.key.size() >= 3 && (k.starts_with(m.key) ||
-                                                    std::string_view(m.key).starts_with(k));
+          const bool prefix =
+              m.key.size() >= 3 && (k.starts_with(m.key) || std::string_view(m.key).starts_with(k));
           const size_t d = prefix ? 1 : EditDistance(m.key, k);
           if (d < best_distance) {
             best_distance = d;
@@ -153,8 +154,9 @@ class TopologyFileReader {
       }
       auto [it, added] = seen.emplace(m.key, m.key_line);
       if (!added) {
-        return Error(m.key_line, path,
-                     fmt::format("field \"{}\" appears twice (first at line {})", m.key, it->second));
+        return Error(
+            m.key_line, path,
+            fmt::format("field \"{}\" appears twice (first at line {})", m.key, it->second));
       }
     }
     return Status::Ok();
@@ -215,7 +217,8 @@ class TopologyFileReader {
   Result<std::string> ReadIp(const JsonValue& v, const std::string& field) const {
     CHOIR_ASSIGN_OR_RETURN(std::string ip, ReadString(v, field, false));
     unsigned char buffer[16];
-    if (inet_pton(AF_INET, ip.c_str(), buffer) != 1 && inet_pton(AF_INET6, ip.c_str(), buffer) != 1) {
+    if (inet_pton(AF_INET, ip.c_str(), buffer) != 1 &&
+        inet_pton(AF_INET6, ip.c_str(), buffer) != 1) {
       return Error(v.line, field, fmt::format("\"{}\" is not an IPv4 or IPv6 address", ip));
     }
     return ip;
@@ -230,9 +233,9 @@ class TopologyFileReader {
                                kTopologyFileVersion));
     }
     if (!version->IsInteger()) {
-      return Error(version->line, "version",
-                   fmt::format("must be the integer {}, not {}", kTopologyFileVersion,
-                               version->Describe()));
+      return Error(
+          version->line, "version",
+          fmt::format("must be the integer {}, not {}", kTopologyFileVersion, version->Describe()));
     }
     const bool newer = version->kind == JsonValue::Kind::kUnsigned &&
                        version->non_negative > static_cast<uint64_t>(kTopologyFileVersion);
@@ -257,9 +260,9 @@ class TopologyFileReader {
     CHOIR_ASSIGN_OR_RETURN(const int64_t n,
                            ReadInt(*world, "world_size", 1, topology::kMaxWorldSize));
     if (job_world_ > 0 && n != job_world_) {
-      return Error(world->line, "world_size",
-                   fmt::format("the file describes a world of {} ranks, but the job has {}", n,
-                               job_world_));
+      return Error(
+          world->line, "world_size",
+          fmt::format("the file describes a world of {} ranks, but the job has {}", n, job_world_));
     }
     file_world_ = static_cast<int>(n);
     return Status::Ok();
@@ -292,7 +295,8 @@ class TopologyFileReader {
       }
     }
     const JsonValue* ranks = Get(v, "ranks");
-    if (ranks == nullptr) return Error(v.line, field + ".ranks", "missing: every host lists its ranks");
+    if (ranks == nullptr)
+      return Error(v.line, field + ".ranks", "missing: every host lists its ranks");
     CHOIR_ASSIGN_OR_RETURN(host.ranks, ReadRankList(*ranks, field + ".ranks", "host"));
     if (const JsonValue* groups = Get(v, "groups")) {
       CHOIR_RETURN_IF_ERROR(ReadGroups(*groups, field + ".groups", host));
@@ -393,9 +397,10 @@ class TopologyFileReader {
       for (const FileHost& host : hosts_) {
         for (const RankRef& r : host.ranks) {
           if (r.rank >= topology::kMaxWorldSize) {
-            return Error(r.line, r.field,
-                         fmt::format("rank {} is beyond the largest world choir supports ({} ranks)",
-                                     r.rank, topology::kMaxWorldSize));
+            return Error(
+                r.line, r.field,
+                fmt::format("rank {} is beyond the largest world choir supports ({} ranks)", r.rank,
+                            topology::kMaxWorldSize));
           }
           highest = std::max(highest, r.rank);
         }
@@ -416,10 +421,10 @@ class TopologyFileReader {
       for (const RankRef& r : host.ranks) {
         auto& slot = owner[static_cast<size_t>(r.rank)];
         if (slot.first != nullptr) {
-          const std::string where = slot.first == &host
-                                        ? fmt::format("twice in host \"{}\"", host.name)
-                                        : fmt::format("on two hosts, \"{}\" and \"{}\"",
-                                                      slot.first->name, host.name);
+          const std::string where =
+              slot.first == &host
+                  ? fmt::format("twice in host \"{}\"", host.name)
+                  : fmt::format("on two hosts, \"{}\" and \"{}\"", slot.first->name, host.name);
           return Error(r.line, r.field,
                        fmt::format("rank {} is listed {} (first at line {}, {}); a rank runs on "
                                    "one host",
@@ -508,10 +513,11 @@ class TopologyFileReader {
                                  world_, world_ - 1));
       }
       if (auto it = seen.find(entry.rank.rank); it != seen.end()) {
-        return Error(rank->line, entry.rank.field,
-                     fmt::format("rank {} already has an entry ({}, line {})", entry.rank.rank,
-                                 it->second->rank.field.substr(0, it->second->rank.field.rfind('.')),
-                                 it->second->rank.line));
+        return Error(
+            rank->line, entry.rank.field,
+            fmt::format("rank {} already has an entry ({}, line {})", entry.rank.rank,
+                        it->second->rank.field.substr(0, it->second->rank.field.rfind('.')),
+                        it->second->rank.line));
       }
       if (const JsonValue* iface = Get(item, "interface")) {
         CHOIR_ASSIGN_OR_RETURN(entry.interface, ReadInterface(*iface, field + ".interface"));
@@ -520,11 +526,13 @@ class TopologyFileReader {
         CHOIR_ASSIGN_OR_RETURN(entry.ip, ReadIp(*ip, field + ".ip"));
       }
       if (const JsonValue* package = Get(item, "package")) {
-        CHOIR_ASSIGN_OR_RETURN(const int64_t p, ReadInt(*package, field + ".package", 0, kMaxPlaceNumber));
+        CHOIR_ASSIGN_OR_RETURN(const int64_t p,
+                               ReadInt(*package, field + ".package", 0, kMaxPlaceNumber));
         entry.package = static_cast<int>(p);
       }
       if (const JsonValue* numa = Get(item, "numa")) {
-        CHOIR_ASSIGN_OR_RETURN(const int64_t n, ReadInt(*numa, field + ".numa", 0, kMaxPlaceNumber));
+        CHOIR_ASSIGN_OR_RETURN(const int64_t n,
+                               ReadInt(*numa, field + ".numa", 0, kMaxPlaceNumber));
         entry.numa = static_cast<int>(n);
       }
       if (const JsonValue* cores = Get(item, "cores")) {
@@ -541,7 +549,8 @@ class TopologyFileReader {
     std::map<int64_t, int> seen;
     for (size_t i = 0; i < v.items.size(); ++i) {
       const std::string item_field = fmt::format("{}[{}]", field, i);
-      CHOIR_ASSIGN_OR_RETURN(const int64_t cpu, ReadInt(v.items[i], item_field, 0, kMaxPlaceNumber));
+      CHOIR_ASSIGN_OR_RETURN(const int64_t cpu,
+                             ReadInt(v.items[i], item_field, 0, kMaxPlaceNumber));
       auto [it, added] = seen.emplace(cpu, v.items[i].line);
       if (!added) {
         return Error(v.items[i].line, item_field,
@@ -628,8 +637,7 @@ std::string SharedBy(const Topology& t, const HostInfo& host, std::string RankPl
 
 }  // namespace
 
-Result<Topology> ParseTopology(const std::string& text, const std::string& origin,
-                               int world_size) {
+Result<Topology> ParseTopology(const std::string& text, const std::string& origin, int world_size) {
   if (world_size < 0 || world_size > topology::kMaxWorldSize) {
     return InvalidArgument(fmt::format("world size {} for topology file {} is outside 0-{}",
                                        world_size, origin, topology::kMaxWorldSize));
@@ -642,8 +650,8 @@ Result<Topology> LoadTopologyFile(const std::string& path, int world_size) {
   // O_NONBLOCK: opening a FIFO by mistake must not wait for a writer.
   Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd.valid()) {
-    return Status(kBadFile, fmt::format("cannot open topology file {}: {}", path,
-                                        std::strerror(errno)));
+    return Status(kBadFile,
+                  fmt::format("cannot open topology file {}: {}", path, std::strerror(errno)));
   }
   struct stat st {};
   if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -660,8 +668,8 @@ Result<Topology> LoadTopologyFile(const std::string& path, int world_size) {
     const ssize_t n = read(fd.get(), buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      return Status(kBadFile, fmt::format("cannot read topology file {}: {}", path,
-                                          std::strerror(errno)));
+      return Status(kBadFile,
+                    fmt::format("cannot read topology file {}: {}", path, std::strerror(errno)));
     }
     if (n == 0) break;
     text.append(buffer, static_cast<size_t>(n));
@@ -673,7 +681,8 @@ std::string TopologyToJson(const Topology& topology) {
   std::string out = "{\n";
   out += fmt::format("  \"version\": {},\n", kTopologyFileVersion);
   out += fmt::format("  \"world_size\": {},\n", topology.world_size);
-  if (!topology.source.empty()) out += fmt::format("  \"comment\": {},\n", JsonText(topology.source));
+  if (!topology.source.empty())
+    out += fmt::format("  \"comment\": {},\n", JsonText(topology.source));
 
   out += "  \"hosts\": [\n";
   std::vector<std::string> host_iface(topology.hosts.size());
@@ -682,8 +691,8 @@ std::string TopologyToJson(const Topology& topology) {
     const HostInfo& host = topology.hosts[h];
     host_iface[h] = SharedBy(topology, host, &RankPlace::interface);
     host_ip[h] = SharedBy(topology, host, &RankPlace::ip);
-    std::string line = fmt::format("    {{\"name\": {}, \"ranks\": {}", JsonText(host.name),
-                                   IntList(host.ranks));
+    std::string line =
+        fmt::format("    {{\"name\": {}, \"ranks\": {}", JsonText(host.name), IntList(host.ranks));
     if (!host.groups.empty()) {
       std::vector<std::string> groups;
       for (const std::vector<int>& g : host.groups) groups.push_back(IntList(g));

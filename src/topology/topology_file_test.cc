@@ -34,7 +34,8 @@ void ExpectError(const std::string& text, int line, const std::string& field,
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kBadTopologyFile);
   EXPECT_EQ(r.status().number(), 109);
-  EXPECT_THAT(r.status().message(), StartsWith("topo.json:" + std::to_string(line) + ": " + field + ": "));
+  EXPECT_THAT(r.status().message(),
+              StartsWith("topo.json:" + std::to_string(line) + ": " + field + ": "));
   EXPECT_THAT(r.status().message(), HasSubstr(fragment));
 }
 
@@ -141,28 +142,34 @@ TEST(TopologyFileTest, DuplicateKey) {
 TEST(TopologyFileTest, MissingAndMistypedHostFields) {
   ExpectError("{\"version\": 1}", 1, "hosts", "missing");
   ExpectError("{\"version\": 1,\n\"hosts\": []}", 2, "hosts", "at least one host");
-  ExpectError("{\"version\": 1,\n\"hosts\": {}}", 2, "hosts", "must be an array of hosts, not an object");
+  ExpectError("{\"version\": 1,\n\"hosts\": {}}", 2, "hosts",
+              "must be an array of hosts, not an object");
   ExpectError("{\"version\": 1, \"hosts\": [\n  {\"ranks\": [0]}]}", 2, "hosts[0].name", "missing");
   ExpectError("{\"version\": 1, \"hosts\": [\n  {\"name\": \"\", \"ranks\": [0]}]}", 2,
               "hosts[0].name", "must not be empty");
-  ExpectError("{\"version\": 1, \"hosts\": [\n  {\"name\": \"a\"}]}", 2, "hosts[0].ranks", "missing");
+  ExpectError("{\"version\": 1, \"hosts\": [\n  {\"name\": \"a\"}]}", 2, "hosts[0].ranks",
+              "missing");
   ExpectError("{\"version\": 1, \"hosts\": [\n  {\"name\": \"a\", \"ranks\": []}]}", 2,
               "hosts[0].ranks", "at least one rank");
   ExpectError("{\"version\": 1, \"hosts\": [{\"name\": \"a\", \"ranks\": [0,\n 1.5]}]}", 2,
               "hosts[0].ranks[1]", "must be an integer, not the number 1.5");
-  ExpectError("{\"version\": 1, \"hosts\": [{\"name\": \"a\", \"ranks\": [0]},\n"
-              "  {\"name\": \"a\", \"ranks\": [1]}]}",
-              2, "hosts[1].name", "host name \"a\" is already used by hosts[0] (line 1)");
-  ExpectError("{\"version\": 1, \"hosts\": [{\"name\": \"a\", \"ranks\": [0],\n"
-              "  \"interface\": \"eth 0\"}]}",
-              2, "hosts[0].interface", "not a network interface name");
-  ExpectError("{\"version\": 1, \"hosts\": [{\"name\": \"a\", \"ranks\": [0],\n"
-              "  \"ip\": \"10.0.0.256\"}]}",
-              2, "hosts[0].ip", "not an IPv4 or IPv6 address");
+  ExpectError(
+      "{\"version\": 1, \"hosts\": [{\"name\": \"a\", \"ranks\": [0]},\n"
+      "  {\"name\": \"a\", \"ranks\": [1]}]}",
+      2, "hosts[1].name", "host name \"a\" is already used by hosts[0] (line 1)");
+  ExpectError(
+      "{\"version\": 1, \"hosts\": [{\"name\": \"a\", \"ranks\": [0],\n"
+      "  \"interface\": \"eth 0\"}]}",
+      2, "hosts[0].interface", "not a network interface name");
+  ExpectError(
+      "{\"version\": 1, \"hosts\": [{\"name\": \"a\", \"ranks\": [0],\n"
+      "  \"ip\": \"10.0.0.256\"}]}",
+      2, "hosts[0].ip", "not an IPv4 or IPv6 address");
 }
 
 TEST(TopologyFileTest, DuplicateRankOnTwoHosts) {
-  ExpectError(R"({
+  ExpectError(
+      R"({
   "version": 1,
   "hosts": [
     {"name": "a", "ranks": [0, 1, 2, 3]},
@@ -170,8 +177,8 @@ TEST(TopologyFileTest, DuplicateRankOnTwoHosts) {
                             3, 5]}
   ]
 })",
-              6, "hosts[1].ranks[1]",
-              "rank 3 is listed on two hosts, \"a\" and \"b\" (first at line 4, hosts[0].ranks[3])");
+      6, "hosts[1].ranks[1]",
+      "rank 3 is listed on two hosts, \"a\" and \"b\" (first at line 4, hosts[0].ranks[3])");
 }
 
 TEST(TopologyFileTest, DuplicateRankInOneHost) {
@@ -217,10 +224,12 @@ TEST(TopologyFileTest, RankOutsideTheWorld) {
               "hosts[0].ranks[1]", "rank -1 is outside the world of 1 ranks");
   ExpectError("{\"version\": 1,\n\"hosts\": [{\"name\": \"a\", \"ranks\": [\n2000000000]}]}", 3,
               "hosts[0].ranks[0]", "beyond the largest world choir supports");
-  ExpectError("{\"version\": 1,\n\"world_size\": 4,\n\"hosts\": [{\"name\": \"a\", \"ranks\": [0]}]}",
-              2, "world_size", "the file describes a world of 4 ranks, but the job has 8", 8);
-  ExpectError("{\"version\": 1,\n\"world_size\": 0,\n\"hosts\": [{\"name\": \"a\", \"ranks\": [0]}]}",
-              2, "world_size", "must be an integer from 1 to");
+  ExpectError(
+      "{\"version\": 1,\n\"world_size\": 4,\n\"hosts\": [{\"name\": \"a\", \"ranks\": [0]}]}", 2,
+      "world_size", "the file describes a world of 4 ranks, but the job has 8", 8);
+  ExpectError(
+      "{\"version\": 1,\n\"world_size\": 0,\n\"hosts\": [{\"name\": \"a\", \"ranks\": [0]}]}", 2,
+      "world_size", "must be an integer from 1 to");
 }
 
 TEST(TopologyFileTest, GroupRankNotInItsHost) {
@@ -256,8 +265,9 @@ TEST(TopologyFileTest, GroupsMustCoverTheirHost) {
   ]
 })",
               5, "hosts[0].groups", "rank 2 of host \"a\" is in no group");
-  ExpectError("{\"version\": 1, \"hosts\": [{\"name\": \"a\", \"ranks\": [0],\n \"groups\": [[]]}]}",
-              2, "hosts[0].groups[0]", "a group must hold at least one rank");
+  ExpectError(
+      "{\"version\": 1, \"hosts\": [{\"name\": \"a\", \"ranks\": [0],\n \"groups\": [[]]}]}", 2,
+      "hosts[0].groups[0]", "a group must hold at least one rank");
 }
 
 TEST(TopologyFileTest, Bandwidth) {
@@ -277,9 +287,10 @@ TEST(TopologyFileTest, Bandwidth) {
 })",
               2, "links.intra_host.bandwidth_gbps", "must be a finite number, not a string");
   // Too large for a double: the JSON parser refuses it.
-  const Result<Topology> overflow = ParseTopology(R"({"version": 1, "hosts": [{"name": "a", "ranks": [0]}],
+  const Result<Topology> overflow =
+      ParseTopology(R"({"version": 1, "hosts": [{"name": "a", "ranks": [0]}],
   "links": {"intra_host": {"bandwidth_gbps": 1e999}}})",
-                                                  "topo.json");
+                    "topo.json");
   ASSERT_FALSE(overflow.ok());
   EXPECT_THAT(overflow.status().message(),
               StartsWith("topo.json:2:50: malformed JSON: number overflow parsing '1e999'"));
@@ -395,7 +406,8 @@ TEST(TopologyFileTest, RoundTripFileTopologyJsonTopology) {
 }
 
 TEST(TopologyFileTest, RoundTripOfASyntheticJob) {
-  const Topology synthetic = SyntheticTopology(3, 4, /*interleave=*/true, "pack:2 numa:1 core:2 pu:2");
+  const Topology synthetic =
+      SyntheticTopology(3, 4, /*interleave=*/true, "pack:2 numa:1 core:2 pu:2");
   const Result<Topology> back = ParseTopology(TopologyToJson(synthetic), "written.json");
   ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << TopologyToJson(synthetic);
   ExpectSameTopology(synthetic, *back);
@@ -416,7 +428,8 @@ TEST(TopologyFileTest, LoadFromDisk) {
 
   const Result<Topology> wrong_world = LoadTopologyFile(path, 4);
   ASSERT_FALSE(wrong_world.ok());
-  EXPECT_THAT(wrong_world.status().message(), StartsWith(path + ":5: hosts[1].ranks[0]: rank 4 is outside"));
+  EXPECT_THAT(wrong_world.status().message(),
+              StartsWith(path + ":5: hosts[1].ranks[0]: rank 4 is outside"));
 
   const Result<Topology> missing = LoadTopologyFile(dir.path() + "/nope.json");
   ASSERT_FALSE(missing.ok());

@@ -1,5 +1,7 @@
 // The topology model: lookups, synthetic jobs (hwloc synthetic machines),
 // rank placement, grouping, detection on this machine, and the description.
+#include "choir/topology.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,7 +9,6 @@
 #include <string>
 #include <thread>
 
-#include "choir/topology.h"
 #include "params/params.h"
 #include "topology/build.h"
 #include "topology/machine.h"
@@ -131,7 +132,8 @@ TEST(TopologyTest, BadShapesAndDescriptionsDoNotCrash) {
 }
 
 TEST(TopologyTest, MachineLayoutOfASyntheticMachine) {
-  const Result<topology::MachineLayout> m = topology::LoadMachineLayout("pack:2 numa:2 core:2 pu:2");
+  const Result<topology::MachineLayout> m =
+      topology::LoadMachineLayout("pack:2 numa:2 core:2 pu:2");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->packages, 2);
   EXPECT_EQ(m->numa_nodes, 4);

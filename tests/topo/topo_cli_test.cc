@@ -138,7 +138,8 @@ TEST_F(TopoCliTest, CheckAgainstAnotherWorldSize) {
   WriteFile(Path("good.json"), kGood);
   const Outcome r = Topo({"--check", Path("good.json"), "-n", "16"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, StartsWith("E109 BadTopologyFile: " + Path("good.json") + ":3: hosts: ranks 8-15 "
+  EXPECT_THAT(r.err, StartsWith("E109 BadTopologyFile: " + Path("good.json") +
+                                ":3: hosts: ranks 8-15 "
                                 "of the world of 16 are on no host"));
 }
 
@@ -207,13 +208,14 @@ TEST_F(TopoCliTest, InterleavedRanks) {
   const Outcome r =
       Topo({"--synthetic", "pack:2 numa:1 core:4 pu:1", "-n", "4", "--hosts", "2", "--interleave"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("  host0: ranks 0,2,4,6\n    group 0: ranks 0,2 (package 0, NUMA 0)\n"));
+  EXPECT_THAT(r.out,
+              HasSubstr("  host0: ranks 0,2,4,6\n    group 0: ranks 0,2 (package 0, NUMA 0)\n"));
 }
 
 TEST_F(TopoCliTest, WriteThenCheckRoundTrip) {
   const std::string written = Path("written.json");
-  Outcome r = Topo({"--synthetic", "pack:2 numa:1 core:4 pu:1", "-n", "4", "--hosts", "2",
-                    "--write", written});
+  Outcome r = Topo(
+      {"--synthetic", "pack:2 numa:1 core:4 pu:1", "-n", "4", "--hosts", "2", "--write", written});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("wrote " + written + "\n"));
   r = Topo({"--check", written, "-n", "8"});

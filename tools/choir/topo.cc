@@ -17,8 +17,9 @@
 // Thread-safety: runs on the main thread only.
 #include <fmt/format.h>
 
-#include <cstdio>
 #include <cstdint>
+#include <cerrno>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -229,7 +230,10 @@ class TopoCommand : public Subcommand {
     std::ofstream out(write_, std::ios::trunc);
     out << text;
     out.close();
-    if (!out) return ErrnoError(Code::kSystemError, errno, "writing topology file " + write_);
+    if (!out) {
+      const int err = errno != 0 ? errno : EIO;
+      return ErrnoError(Code::kSystemError, err, "writing topology file " + write_);
+    }
     return Status::Ok();
   }
 
@@ -275,13 +279,14 @@ class TopoCommand : public Subcommand {
     if (plan.ok()) {
       ojson rows = ojson::array();
       for (const PlanRow& row : *plan) {
-        rows.push_back(ojson{{"collective", row.collective},
-                             {"min_bytes", row.min_bytes},
-                             {"max_bytes", row.max_bytes == UINT64_MAX ? ojson() : ojson(row.max_bytes)},
-                             {"algorithm", row.algorithm},
-                             {"predicted_seconds_at_min", row.predicted_seconds_at_min},
-                             {"predicted_seconds_at_max", row.predicted_seconds_at_max},
-                             {"why", row.why}});
+        rows.push_back(
+            ojson{{"collective", row.collective},
+                  {"min_bytes", row.min_bytes},
+                  {"max_bytes", row.max_bytes == UINT64_MAX ? ojson() : ojson(row.max_bytes)},
+                  {"algorithm", row.algorithm},
+                  {"predicted_seconds_at_min", row.predicted_seconds_at_min},
+                  {"predicted_seconds_at_max", row.predicted_seconds_at_max},
+                  {"why", row.why}});
       }
       out["plan"] = rows;
     } else {
@@ -307,7 +312,8 @@ class TopoCommand : public Subcommand {
 
 }  // namespace
 
-CHOIR_REGISTER_SUBCOMMAND(TopoCommand, "topo",
-                          "Show the topology, groups and plan a job would get; check topology files");
+CHOIR_REGISTER_SUBCOMMAND(
+    TopoCommand, "topo",
+    "Show the topology, groups and plan a job would get; check topology files");
 
 }  // namespace choir::cli
