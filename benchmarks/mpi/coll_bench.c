@@ -102,10 +102,14 @@ static int ParseBytes(const char* s, uint64_t* out) {
   const double v = strtod(s, &end);
   if (end == s || v < 0) return 0;
   double mult = 1;
-  if (*end == 'k' || *end == 'K') mult = 1024.0;
-  else if (*end == 'm' || *end == 'M') mult = 1024.0 * 1024;
-  else if (*end == 'g' || *end == 'G') mult = 1024.0 * 1024 * 1024;
-  else if (*end != '\0' && *end != 'b' && *end != 'B') return 0;
+  if (*end == 'k' || *end == 'K')
+    mult = 1024.0;
+  else if (*end == 'm' || *end == 'M')
+    mult = 1024.0 * 1024;
+  else if (*end == 'g' || *end == 'G')
+    mult = 1024.0 * 1024 * 1024;
+  else if (*end != '\0' && *end != 'b' && *end != 'B')
+    return 0;
   *out = (uint64_t)(v * mult);
   return 1;
 }
@@ -122,8 +126,10 @@ static int ParseSchedule(const char* text, Options* o) {
     if (len == 0 || len >= sizeof(field) || p[len] != ':') return 0;
     memcpy(field, p, len);
     field[len] = '\0';
-    if (strcmp(field, "*") == 0) b->max_bytes = UINT64_MAX;
-    else if (!ParseBytes(field, &b->max_bytes)) return 0;
+    if (strcmp(field, "*") == 0)
+      b->max_bytes = UINT64_MAX;
+    else if (!ParseBytes(field, &b->max_bytes))
+      return 0;
     char* end = NULL;
     b->iters = strtol(p + len + 1, &end, 10);
     if (*end != ':' || b->iters < 1) return 0;
@@ -153,7 +159,8 @@ static void ParseOps(const char* list, Options* o) {
     const char* comma = strchr(p, ',');
     const size_t len = comma ? (size_t)(comma - p) : strlen(p);
     const int i = OpIndex(p, len);
-    if (i < 0) Die("unknown --op (allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, all)");
+    if (i < 0)
+      Die("unknown --op (allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, all)");
     o->ops[i] = 1;
     p += len + (comma ? 1 : 0);
   }
@@ -162,48 +169,84 @@ static void ParseOps(const char* list, Options* o) {
 static void Usage(void) {
   if (rank_ != 0) return;
   printf(
-      "usage: mpirun -np N coll_bench [--op LIST|all] [--dtype float32|float64] [--reduce-op sum|max|min]\n"
-      "       [--min-bytes 8] [--max-bytes 256M] [--step-factor 2] [--iters N | --time-per-size 0.2]\n"
-      "       [--iters-schedule BYTES:ITERS:WARMUP,...] [--warmup 5] [--root 0] [--no-check] [--latency N]\n"
-      "       [--json FILE]\n");
+      "usage: mpirun -np N coll_bench [--op LIST|all] [--dtype float32|float64]\n"
+      "       [--reduce-op sum|max|min] [--min-bytes 8] [--max-bytes 256M] [--step-factor 2]\n"
+      "       [--iters N | --time-per-size 0.2 | --iters-schedule BYTES:ITERS:WARMUP,...]\n"
+      "       [--warmup 5] [--root 0] [--no-check] [--latency N] [--json FILE]\n");
 }
 
 static void ParseArgs(int argc, char** argv, Options* o) {
-  static const struct option kLong[] = {
-      {"op", required_argument, 0, 'o'},          {"dtype", required_argument, 0, 'd'},
-      {"reduce-op", required_argument, 0, 'r'},   {"min-bytes", required_argument, 0, 'b'},
-      {"max-bytes", required_argument, 0, 'e'},   {"step-factor", required_argument, 0, 'f'},
-      {"iters", required_argument, 0, 'n'},       {"time-per-size", required_argument, 0, 't'},
-      {"warmup", required_argument, 0, 'w'},      {"root", required_argument, 0, 'R'},
-      {"no-check", no_argument, 0, 'C'},          {"latency", required_argument, 0, 'L'},
-      {"json", required_argument, 0, 'j'},        {"iters-schedule", required_argument, 0, 'S'},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  *o = (Options){.float64 = 0, .reduce_op = "sum", .min_bytes = 8, .max_bytes = 256u << 20,
-                 .step_factor = 2, .iters = 0, .time_per_size = 0.2, .warmup = 5, .root = 0,
-                 .check = 1, .json_path = NULL};
+  static const struct option kLong[] = {{"op", required_argument, 0, 'o'},
+                                        {"dtype", required_argument, 0, 'd'},
+                                        {"reduce-op", required_argument, 0, 'r'},
+                                        {"min-bytes", required_argument, 0, 'b'},
+                                        {"max-bytes", required_argument, 0, 'e'},
+                                        {"step-factor", required_argument, 0, 'f'},
+                                        {"iters", required_argument, 0, 'n'},
+                                        {"time-per-size", required_argument, 0, 't'},
+                                        {"warmup", required_argument, 0, 'w'},
+                                        {"root", required_argument, 0, 'R'},
+                                        {"no-check", no_argument, 0, 'C'},
+                                        {"latency", required_argument, 0, 'L'},
+                                        {"json", required_argument, 0, 'j'},
+                                        {"iters-schedule", required_argument, 0, 'S'},
+                                        {"help", no_argument, 0, 'h'},
+                                        {0, 0, 0, 0}};
+  *o = (Options){.float64 = 0,
+                 .reduce_op = "sum",
+                 .min_bytes = 8,
+                 .max_bytes = 256u << 20,
+                 .step_factor = 2,
+                 .iters = 0,
+                 .time_per_size = 0.2,
+                 .warmup = 5,
+                 .root = 0,
+                 .check = 1,
+                 .json_path = NULL};
   o->ops[0] = 1;  // allreduce, as choir perf
   int c;
   while ((c = getopt_long(argc, argv, "o:d:r:b:e:f:n:t:w:R:CL:j:S:h", kLong, NULL)) != -1) {
     switch (c) {
-      case 'o': ParseOps(optarg, o); break;
+      case 'o':
+        ParseOps(optarg, o);
+        break;
       case 'd':
-        if (strcmp(optarg, "float32") == 0) o->float64 = 0;
-        else if (strcmp(optarg, "float64") == 0) o->float64 = 1;
-        else Die("--dtype must be float32 or float64");
+        if (strcmp(optarg, "float32") == 0)
+          o->float64 = 0;
+        else if (strcmp(optarg, "float64") == 0)
+          o->float64 = 1;
+        else
+          Die("--dtype must be float32 or float64");
         break;
       case 'r':
-        if (strcmp(optarg, "sum") && strcmp(optarg, "max") && strcmp(optarg, "min")) Die("--reduce-op must be sum, max or min");
+        if (strcmp(optarg, "sum") && strcmp(optarg, "max") && strcmp(optarg, "min"))
+          Die("--reduce-op must be sum, max or min");
         o->reduce_op = optarg;
         break;
-      case 'b': if (!ParseBytes(optarg, &o->min_bytes)) Die("bad --min-bytes"); break;
-      case 'e': if (!ParseBytes(optarg, &o->max_bytes)) Die("bad --max-bytes"); break;
-      case 'f': o->step_factor = atof(optarg); break;
-      case 'n': o->iters = atol(optarg); break;
-      case 't': o->time_per_size = atof(optarg); break;
-      case 'w': o->warmup = atoi(optarg); break;
-      case 'R': o->root = atoi(optarg); break;
-      case 'C': o->check = 0; break;
+      case 'b':
+        if (!ParseBytes(optarg, &o->min_bytes)) Die("bad --min-bytes");
+        break;
+      case 'e':
+        if (!ParseBytes(optarg, &o->max_bytes)) Die("bad --max-bytes");
+        break;
+      case 'f':
+        o->step_factor = atof(optarg);
+        break;
+      case 'n':
+        o->iters = atol(optarg);
+        break;
+      case 't':
+        o->time_per_size = atof(optarg);
+        break;
+      case 'w':
+        o->warmup = atoi(optarg);
+        break;
+      case 'R':
+        o->root = atoi(optarg);
+        break;
+      case 'C':
+        o->check = 0;
+        break;
       case 'L':
         memset(o->ops, 0, sizeof(o->ops));
         o->ops[0] = 1;
@@ -211,17 +254,26 @@ static void ParseArgs(int argc, char** argv, Options* o) {
         o->iters = atol(optarg);
         o->warmup = 100;
         break;
-      case 'j': o->json_path = optarg; break;
+      case 'j':
+        o->json_path = optarg;
+        break;
       case 'S':
         if (!ParseSchedule(optarg, o)) Die("bad --iters-schedule (e.g. 64K:200:10,1M:50:3,*:5:1)");
         break;
-      case 'h': Usage(); MPI_Finalize(); exit(0);
-      default: Usage(); Die("bad arguments");
+      case 'h':
+        Usage();
+        MPI_Finalize();
+        exit(0);
+      default:
+        Usage();
+        Die("bad arguments");
     }
   }
-  if (o->min_bytes == 0 || o->min_bytes > o->max_bytes) Die("--min-bytes/--max-bytes must satisfy 0 < min <= max");
+  if (o->min_bytes == 0 || o->min_bytes > o->max_bytes)
+    Die("--min-bytes/--max-bytes must satisfy 0 < min <= max");
   if (o->step_factor < 1.01) Die("--step-factor must be > 1");
-  if (o->iters < 0 || o->warmup < 0 || o->time_per_size <= 0) Die("--iters >= 0, --warmup >= 0, --time-per-size > 0");
+  if (o->iters < 0 || o->warmup < 0 || o->time_per_size <= 0)
+    Die("--iters >= 0, --warmup >= 0, --time-per-size > 0");
   if (o->root < 0 || o->root >= size_) Die("--root outside the communicator");
 }
 
@@ -247,12 +299,24 @@ static void Issue(const Buffers* b, int op, size_t count) {
   const int c = (int)count;
   int rc = MPI_SUCCESS;
   switch (op) {
-    case 0: rc = MPI_Allreduce(b->send, b->recv, c, b->type, b->reduce, MPI_COMM_WORLD); break;
-    case 1: rc = MPI_Reduce_scatter_block(b->send, b->recv, c, b->type, b->reduce, MPI_COMM_WORLD); break;
-    case 2: rc = MPI_Allgather(b->send, c, b->type, b->recv, c, b->type, MPI_COMM_WORLD); break;
-    case 3: rc = MPI_Bcast(rank_ == b->root ? b->send : b->recv, c, b->type, b->root, MPI_COMM_WORLD); break;
-    case 4: rc = MPI_Reduce(b->send, b->recv, c, b->type, b->reduce, b->root, MPI_COMM_WORLD); break;
-    default: rc = MPI_Alltoall(b->send, c, b->type, b->recv, c, b->type, MPI_COMM_WORLD); break;
+    case 0:
+      rc = MPI_Allreduce(b->send, b->recv, c, b->type, b->reduce, MPI_COMM_WORLD);
+      break;
+    case 1:
+      rc = MPI_Reduce_scatter_block(b->send, b->recv, c, b->type, b->reduce, MPI_COMM_WORLD);
+      break;
+    case 2:
+      rc = MPI_Allgather(b->send, c, b->type, b->recv, c, b->type, MPI_COMM_WORLD);
+      break;
+    case 3:
+      rc = MPI_Bcast(rank_ == b->root ? b->send : b->recv, c, b->type, b->root, MPI_COMM_WORLD);
+      break;
+    case 4:
+      rc = MPI_Reduce(b->send, b->recv, c, b->type, b->reduce, b->root, MPI_COMM_WORLD);
+      break;
+    default:
+      rc = MPI_Alltoall(b->send, c, b->type, b->recv, c, b->type, MPI_COMM_WORLD);
+      break;
   }
   if (rc != MPI_SUCCESS) Die("MPI collective failed");
 }
@@ -261,8 +325,10 @@ static void Issue(const Buffers* b, int op, size_t count) {
 static double Pattern(int r, size_t j) { return (double)(3 * r + (int)(j % 509)); }
 
 static void Store(const Buffers* b, char* base, size_t j, double v) {
-  if (b->es == 4) ((float*)base)[j] = (float)v;
-  else ((double*)base)[j] = v;
+  if (b->es == 4)
+    ((float*)base)[j] = (float)v;
+  else
+    ((double*)base)[j] = v;
 }
 
 static double Load(const Buffers* b, const char* base, size_t j) {
@@ -292,16 +358,28 @@ static int Check(const Buffers* b, int op, size_t count, const char* reduce_op) 
   Issue(b, op, count);
   // reduce writes only the root's output; broadcast's root sends from `send`.
   const int has_output = !(op == 4 && rank_ != b->root) && !(op == 3 && rank_ == b->root);
-  const enum ReduceKind rop = strcmp(reduce_op, "sum") == 0 ? kSum : (strcmp(reduce_op, "max") == 0 ? kMax : kMin);
+  const enum ReduceKind rop =
+      strcmp(reduce_op, "sum") == 0 ? kSum : (strcmp(reduce_op, "max") == 0 ? kMax : kMin);
   int ok = 1;
   for (size_t j = 0; has_output && ok && j < recv_elems; ++j) {
     double want;
     switch (op) {
-      case 0: case 4: want = Reduced(rop, j); break;
-      case 1: want = Reduced(rop, (size_t)rank_ * count + j); break;
-      case 2: want = Pattern((int)(j / count), j % count); break;
-      case 3: want = Pattern(b->root, j); break;
-      default: want = Pattern((int)(j / count), (size_t)rank_ * count + j % count); break;
+      case 0:
+      case 4:
+        want = Reduced(rop, j);
+        break;
+      case 1:
+        want = Reduced(rop, (size_t)rank_ * count + j);
+        break;
+      case 2:
+        want = Pattern((int)(j / count), j % count);
+        break;
+      case 3:
+        want = Pattern(b->root, j);
+        break;
+      default:
+        want = Pattern((int)(j / count), (size_t)rank_ * count + j % count);
+        break;
     }
     if (Load(b, b->recv, j) != want) ok = 0;
   }
@@ -375,9 +453,12 @@ static void Measure(const Buffers* b, const Options* o, int op, size_t count, Ro
 static void JsonString(FILE* f, const char* s) {
   fputc('"', f);
   for (; *s; ++s) {
-    if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-    else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-    else fputc(*s, f);
+    if (*s == '"' || *s == '\\')
+      fprintf(f, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20)
+      fprintf(f, "\\u%04x", *s);
+    else
+      fputc(*s, f);
   }
   fputc('"', f);
 }
@@ -394,24 +475,30 @@ static void WriteJson(const Options* o, const char* library, const Row* rows, si
   JsonString(f, library);
   fprintf(f, ",\n  \"ranks\": %d,\n  \"machine\": {\"hostname\": ", size_);
   JsonString(f, host);
-  fprintf(f, ", \"online_cpus\": %ld},\n  \"repeat\": 1,\n  \"results\": [", sysconf(_SC_NPROCESSORS_ONLN));
+  fprintf(f, ", \"online_cpus\": %ld},\n  \"repeat\": 1,\n  \"results\": [",
+          sysconf(_SC_NPROCESSORS_ONLN));
   for (size_t i = 0; i < nrows; ++i) {
     const Row* r = &rows[i];
     fprintf(f,
-            "%s\n    {\"op\": \"%s\", \"bytes\": %llu, \"count\": %zu, \"dtype\": \"%s\", \"reduce_op\": \"%s\", "
-            "\"iters\": %ld, \"mean_us\": [%.6g], \"p50_us\": [%.6g], \"p99_us\": [%.6g], \"algbw_gbps\": [%.6g], "
-            "\"busbw_gbps\": [%.6g], \"busbw_median\": %.6g, \"busbw_spread\": 0, \"algorithm\": \"mpi\", "
+            "%s\n    {\"op\": \"%s\", \"bytes\": %llu, \"count\": %zu, \"dtype\": \"%s\", "
+            "\"reduce_op\": \"%s\", "
+            "\"iters\": %ld, \"mean_us\": [%.6g], \"p50_us\": [%.6g], \"p99_us\": [%.6g], "
+            "\"algbw_gbps\": [%.6g], "
+            "\"busbw_gbps\": [%.6g], \"busbw_median\": %.6g, \"busbw_spread\": 0, \"algorithm\": "
+            "\"mpi\", "
             "\"check\": \"%s\"}",
-            i ? "," : "", r->op, (unsigned long long)r->bytes, r->count, o->float64 ? "float64" : "float32",
-            o->reduce_op, r->iters, r->mean_us, r->p50_us, r->p99_us, r->algbw, r->busbw, r->busbw, r->check);
+            i ? "," : "", r->op, (unsigned long long)r->bytes, r->count,
+            o->float64 ? "float64" : "float32", o->reduce_op, r->iters, r->mean_us, r->p50_us,
+            r->p99_us, r->algbw, r->busbw, r->busbw, r->check);
   }
   fprintf(f, "\n  ]\n}\n");
   if (fclose(f) != 0) fprintf(stderr, "coll_bench: error writing %s\n", o->json_path);
 }
 
 static void PrintRow(const Row* r) {
-  printf("  %12llu %12zu %11.2f %11.2f %11.2f %9.3f %9.3f  %s\n", (unsigned long long)r->bytes, r->count,
-         r->mean_us, r->p50_us, r->p99_us, r->algbw, r->busbw, r->check[0] ? r->check : "-");
+  printf("  %12llu %12zu %11.2f %11.2f %11.2f %9.3f %9.3f  %s\n", (unsigned long long)r->bytes,
+         r->count, r->mean_us, r->p50_us, r->p99_us, r->algbw, r->busbw,
+         r->check[0] ? r->check : "-");
   fflush(stdout);
 }
 
@@ -430,12 +517,15 @@ int main(int argc, char** argv) {
 
   uint64_t sizes[128];
   size_t nsizes = 0;
-  for (double v = (double)o.min_bytes; v <= (double)o.max_bytes * 1.0000001 && nsizes < 128; v *= o.step_factor) {
+  for (double v = (double)o.min_bytes; v <= (double)o.max_bytes * 1.0000001 && nsizes < 128;
+       v *= o.step_factor) {
     sizes[nsizes++] = (uint64_t)llround(v);
   }
 
   Buffers b = {.es = o.float64 ? 8 : 4, .type = o.float64 ? MPI_DOUBLE : MPI_FLOAT, .root = o.root};
-  b.reduce = strcmp(o.reduce_op, "max") == 0 ? MPI_MAX : (strcmp(o.reduce_op, "min") == 0 ? MPI_MIN : MPI_SUM);
+  b.reduce = strcmp(o.reduce_op, "max") == 0
+                 ? MPI_MAX
+                 : (strcmp(o.reduce_op, "min") == 0 ? MPI_MIN : MPI_SUM);
   // Largest send and receive buffers over the selected ops (elements * es).
   size_t send_max = 0, recv_max = 0;
   for (int op = 0; op < kNumOps; ++op) {
@@ -446,7 +536,8 @@ int main(int argc, char** argv) {
     if (s * b.es > send_max) send_max = s * b.es;
     if (r * b.es > recv_max) recv_max = r * b.es;
   }
-  if (posix_memalign((void**)&b.send, 4096, send_max + 64) || posix_memalign((void**)&b.recv, 4096, recv_max + 64)) {
+  if (posix_memalign((void**)&b.send, 4096, send_max + 64) ||
+      posix_memalign((void**)&b.recv, 4096, recv_max + 64)) {
     Die("out of memory for buffers");
   }
   memset(b.send, 0, send_max + 64);
@@ -463,8 +554,8 @@ int main(int argc, char** argv) {
   for (int op = 0; op < kNumOps; ++op) {
     if (!o.ops[op]) continue;
     if (rank_ == 0) {
-      printf("#\n# %s\n# %12s %12s %11s %11s %11s %9s %9s  %s\n", kOps[op], "bytes", "count", "mean(us)", "p50(us)",
-             "p99(us)", "algbw", "busbw", "check");
+      printf("#\n# %s\n# %12s %12s %11s %11s %11s %9s %9s  %s\n", kOps[op], "bytes", "count",
+             "mean(us)", "p50(us)", "p99(us)", "algbw", "busbw", "check");
     }
     for (size_t s = 0; s < nsizes; ++s) {
       const uint64_t per = b.es * (WholeBuffer(op) ? (uint64_t)size_ : 1);
