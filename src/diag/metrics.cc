@@ -29,6 +29,7 @@ constexpr Family kFamilies[] = {
     {"choir_peer_bytes_received_total", "counter", "Bytes received from each peer rank."},
     {"choir_transport_bytes_sent_total", "counter", "Bytes sent, by transport."},
     {"choir_transport_bytes_received_total", "counter", "Bytes received, by transport."},
+    {"choir_communicator_size", "gauge", "Ranks in the communicator (for busbw factors and missing-rank alerts)."},
 };
 constexpr int kNumFamilies = sizeof(kFamilies) / sizeof(kFamilies[0]);
 
@@ -92,16 +93,37 @@ void CommMetrics::RecordOp(algorithms::CollKind kind, uint64_t bytes, double sec
   if (late_arrival_seconds > 0) {
     late_arrival_ns_.fetch_add(static_cast<uint64_t>(late_arrival_seconds * 1e9), std::memory_order_relaxed);
   }
-  if (!algorithm.empty()) {
-    const std::string key = std::string(algorithms::CollKindName(kind)) + "/" + algorithm;
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = std::find_if(algorithms_.begin(), algorithms_.end(), [&](const auto& p) { return p.first == key; });
-    if (it == algorithms_.end()) {
-      algorithms_.emplace_back(key, 1);
-    } else {
-      ++it->second;
+  if (!algorithm.empty()) CountAlgorithm(algorithms_[static_cast<size_t>(kind)], algorithm);
+}
+
+void CommMetrics::CountAlgorithm(AlgorithmTable& table, const std::string& algorithm) {
+  // Steady state: the algorithm already has a slot; find it without locking.
+  int used = table.used.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i) {
+    AlgorithmSlot& slot = table.slots[static_cast<size_t>(i)];
+    if (slot.name == algorithm) {
+      slot.count.fetch_add(1, std::memory_order_relaxed);
+      return;
     }
   }
+  // First use of this algorithm by this collective: create its slot.
+  std::lock_guard<std::mutex> lock(mu_);
+  used = table.used.load(std::memory_order_relaxed);
+  for (int i = 0; i < used; ++i) {
+    AlgorithmSlot& slot = table.slots[static_cast<size_t>(i)];
+    if (slot.name == algorithm) {
+      slot.count.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  if (used == kAlgorithmSlots) {
+    table.other.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  AlgorithmSlot& slot = table.slots[static_cast<size_t>(used)];
+  slot.name = algorithm;
+  slot.count.store(1, std::memory_order_relaxed);
+  table.used.store(used + 1, std::memory_order_release);
 }
 
 void CommMetrics::RecordError(int code) {
@@ -167,14 +189,20 @@ void CommMetrics::AppendFamily(int family, std::string* out) const {
         }
       }
       break;
-    case 4: {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [key, n] : algorithms_) {
-        const size_t slash = key.find('/');
-        line(fmt::format(",op=\"{}\",algorithm=\"{}\"", key.substr(0, slash), key.substr(slash + 1)), std::to_string(n));
+    case 4:
+      for (int k = 1; k < algorithms::kNumCollKinds; ++k) {
+        const AlgorithmTable& table = algorithms_[static_cast<size_t>(k)];
+        const char* op = algorithms::CollKindName(static_cast<algorithms::CollKind>(k));
+        const int used = table.used.load(std::memory_order_acquire);
+        for (int i = 0; i < used; ++i) {
+          const AlgorithmSlot& slot = table.slots[static_cast<size_t>(i)];
+          line(fmt::format(",op=\"{}\",algorithm=\"{}\"", op, Escape(slot.name)),
+               std::to_string(slot.count.load(std::memory_order_relaxed)));
+        }
+        const uint64_t other = table.other.load(std::memory_order_relaxed);
+        if (other > 0) line(fmt::format(",op=\"{}\",algorithm=\"other\"", op), std::to_string(other));
       }
       break;
-    }
     case 5: {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& [code, n] : errors_) {
@@ -200,6 +228,9 @@ void CommMetrics::AppendFamily(int family, std::string* out) const {
         const auto& v = family == 9 ? transport_sent_ : transport_received_;
         line(fmt::format(",transport=\"{}\"", kTransportNames[t]), std::to_string(v[static_cast<size_t>(t)].load(std::memory_order_relaxed)));
       }
+      break;
+    case 11:
+      line("", std::to_string(size_));
       break;
     default:
       break;

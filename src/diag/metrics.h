@@ -1,8 +1,9 @@
 // Always-on metrics of every communicator in this process.
 //
 // Counters are plain relaxed atomics updated once per operation (never per
-// byte or per chunk), so keeping them on costs a few nanoseconds per
-// collective. RenderPrometheus() turns every live communicator's counters
+// byte or per chunk); the hot path takes no lock and allocates nothing, so
+// keeping them on costs a few nanoseconds per collective (docs/performance.md,
+// "Metrics overhead"). RenderPrometheus() turns every live communicator's counters
 // into the Prometheus text format (base units: seconds, bytes; `_total`
 // counters), labelled with job, communicator, rank and world size.
 //
@@ -41,6 +42,14 @@ struct OpCounters {
   std::array<std::atomic<uint64_t>, kSizeClasses> count{};
 };
 
+// Selections of one algorithm for one collective. The name is written once,
+// before `used` publishes the slot, and never changes afterwards.
+struct AlgorithmSlot {
+  std::string name;
+  std::atomic<uint64_t> count{0};
+};
+inline constexpr int kAlgorithmSlots = 8;  // more algorithms than this per collective count as "other"
+
 class CommMetrics {
  public:
   CommMetrics(std::string job, std::string comm, int rank, int size);
@@ -66,9 +75,16 @@ class CommMetrics {
   std::atomic<uint64_t> late_arrival_ns_{0};
   std::vector<std::atomic<uint64_t>> peer_sent_, peer_received_;
   std::array<std::atomic<uint64_t>, 2> transport_sent_{}, transport_received_{};
-  mutable std::mutex mu_;  // guards the two maps below (rarely written)
-  std::vector<std::pair<std::string, uint64_t>> algorithms_;  // "allreduce/ring" -> count
-  std::vector<std::pair<int, uint64_t>> errors_;              // error number -> count
+  // Per collective: slots [0, used) are published; lookups are lock-free.
+  struct AlgorithmTable {
+    std::array<AlgorithmSlot, kAlgorithmSlots> slots;
+    std::atomic<int> used{0};
+    std::atomic<uint64_t> other{0};
+  };
+  std::array<AlgorithmTable, algorithms::kNumCollKinds> algorithms_;
+  void CountAlgorithm(AlgorithmTable& table, const std::string& algorithm);
+  mutable std::mutex mu_;  // serializes algorithm slot creation and guards errors_ (failure path only)
+  std::vector<std::pair<int, uint64_t>> errors_;  // error number -> count
 };
 
 // Registers a communicator's metrics for rendering until the returned handle
