@@ -1,6 +1,7 @@
 #include "diag/host_metrics.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -215,6 +216,9 @@ void HostCollector::CollectNetwork(std::vector<MetricFamily>* out) {
     Skip(dir, std::strerror(errno));
   }
   for (const std::string& dev : names) {
+    // Skip files such as bonding_masters: interfaces are directories (or links to them).
+    struct stat st {};
+    if (stat((dir + "/" + dev).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
     for (Counter& c : counters) {
       double v = 0;
       const std::string path = dir + "/" + dev + "/" + c.file;
