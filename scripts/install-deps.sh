@@ -15,7 +15,7 @@ packages=(
   # peers for benchmarks/compare
   libopenmpi-dev openmpi-bin libmpich-dev mpich
   # multi-host test bed and operations tooling
-  iproute2 nftables iperf3 iputils-ping hwloc prometheus curl procps
+  iproute2 nftables iperf3 iputils-ping hwloc prometheus curl procps python3-yaml
 )
 
 missing=()
