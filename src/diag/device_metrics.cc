@@ -74,7 +74,8 @@ DeviceCollector::DeviceCollector(DeviceLibraryNames names) {
   if (void* h = OpenFirst(names.nvml, &error)) {
     auto n = std::make_unique<Nvml>();
     n->handle = h;
-    const bool ok = Resolve(h, "nvmlInit_v2", &n->init) && Resolve(h, "nvmlShutdown", &n->shutdown) &&
+    const bool ok = Resolve(h, "nvmlInit_v2", &n->init) &&
+                    Resolve(h, "nvmlShutdown", &n->shutdown) &&
                     Resolve(h, "nvmlDeviceGetCount_v2", &n->count) &&
                     Resolve(h, "nvmlDeviceGetHandleByIndex_v2", &n->by_index) &&
                     Resolve(h, "nvmlDeviceGetUtilizationRates", &n->utilization) &&
@@ -95,7 +96,8 @@ DeviceCollector::DeviceCollector(DeviceLibraryNames names) {
   if (void* h = OpenFirst(names.dcmi, &error)) {
     auto d = std::make_unique<Dcmi>();
     d->handle = h;
-    const bool ok = Resolve(h, "dcmi_init", &d->init) && Resolve(h, "dcmi_get_card_num_list", &d->card_list) &&
+    const bool ok = Resolve(h, "dcmi_init", &d->init) &&
+                    Resolve(h, "dcmi_get_card_num_list", &d->card_list) &&
                     Resolve(h, "dcmi_get_device_num_in_card", &d->devices_in_card) &&
                     Resolve(h, "dcmi_get_device_utilization_rate", &d->utilization) &&
                     Resolve(h, "dcmi_get_device_temperature", &d->temperature) &&
@@ -127,10 +129,14 @@ std::vector<MetricFamily> DeviceCollector::Collect() {
                                 "1 when the vendor library for device metrics was loaded, else 0.");
   library.samples.push_back(FormatSample(library.name, {{"library", "nvml"}}, nvml_ ? 1 : 0));
   library.samples.push_back(FormatSample(library.name, {{"library", "dcmi"}}, dcmi_ ? 1 : 0));
-  MetricFamily util = Family("choir_device_utilization_ratio", "gauge", "Device compute utilisation (0..1).");
-  MetricFamily mem_used = Family("choir_device_memory_used_bytes", "gauge", "Device memory in use.");
-  MetricFamily mem_total = Family("choir_device_memory_total_bytes", "gauge", "Device memory size.");
-  MetricFamily mem_util = Family("choir_device_memory_utilization_ratio", "gauge", "Device memory in use as a fraction (0..1).");
+  MetricFamily util =
+      Family("choir_device_utilization_ratio", "gauge", "Device compute utilisation (0..1).");
+  MetricFamily mem_used =
+      Family("choir_device_memory_used_bytes", "gauge", "Device memory in use.");
+  MetricFamily mem_total =
+      Family("choir_device_memory_total_bytes", "gauge", "Device memory size.");
+  MetricFamily mem_util = Family("choir_device_memory_utilization_ratio", "gauge",
+                                 "Device memory in use as a fraction (0..1).");
   MetricFamily temp = Family("choir_device_temperature_celsius", "gauge", "Device temperature.");
   MetricFamily power = Family("choir_device_power_watts", "gauge", "Device power draw.");
   if (nvml_) {
@@ -139,19 +145,27 @@ std::vector<MetricFamily> DeviceCollector::Collect() {
       for (unsigned int i = 0; i < n; ++i) {
         void* dev = nullptr;
         if (nvml_->by_index(i, &dev) != 0) continue;
-        const std::vector<std::pair<std::string, std::string>> labels = {{"vendor", "nvidia"}, {"device", std::to_string(i)}};
+        const std::vector<std::pair<std::string, std::string>> labels = {
+            {"vendor", "nvidia"}, {"device", std::to_string(i)}};
         Nvml::Utilization u{};
-        if (nvml_->utilization(dev, &u) == 0) util.samples.push_back(FormatSample(util.name, labels, u.gpu / 100.0));
+        if (nvml_->utilization(dev, &u) == 0)
+          util.samples.push_back(FormatSample(util.name, labels, u.gpu / 100.0));
         Nvml::Memory m{};
         if (nvml_->memory(dev, &m) == 0) {
-          mem_used.samples.push_back(FormatSample(mem_used.name, labels, static_cast<double>(m.used)));
-          mem_total.samples.push_back(FormatSample(mem_total.name, labels, static_cast<double>(m.total)));
-          if (m.total > 0) mem_util.samples.push_back(FormatSample(mem_util.name, labels, static_cast<double>(m.used) / static_cast<double>(m.total)));
+          mem_used.samples.push_back(
+              FormatSample(mem_used.name, labels, static_cast<double>(m.used)));
+          mem_total.samples.push_back(
+              FormatSample(mem_total.name, labels, static_cast<double>(m.total)));
+          if (m.total > 0)
+            mem_util.samples.push_back(FormatSample(
+                mem_util.name, labels, static_cast<double>(m.used) / static_cast<double>(m.total)));
         }
         unsigned int t = 0;
-        if (nvml_->temperature(dev, 0, &t) == 0) temp.samples.push_back(FormatSample(temp.name, labels, t));
+        if (nvml_->temperature(dev, 0, &t) == 0)
+          temp.samples.push_back(FormatSample(temp.name, labels, t));
         unsigned int mw = 0;
-        if (nvml_->power(dev, &mw) == 0) power.samples.push_back(FormatSample(power.name, labels, mw / 1000.0));
+        if (nvml_->power(dev, &mw) == 0)
+          power.samples.push_back(FormatSample(power.name, labels, mw / 1000.0));
       }
     }
   }
@@ -166,12 +180,16 @@ std::vector<MetricFamily> DeviceCollector::Collect() {
           const std::vector<std::pair<std::string, std::string>> labels = {
               {"vendor", "ascend"}, {"device", std::to_string(cards[c]) + "/" + std::to_string(d)}};
           unsigned int rate = 0;
-          if (dcmi_->utilization(cards[c], d, 2, &rate) == 0) util.samples.push_back(FormatSample(util.name, labels, rate / 100.0));
-          if (dcmi_->utilization(cards[c], d, 6, &rate) == 0) mem_util.samples.push_back(FormatSample(mem_util.name, labels, rate / 100.0));
+          if (dcmi_->utilization(cards[c], d, 2, &rate) == 0)
+            util.samples.push_back(FormatSample(util.name, labels, rate / 100.0));
+          if (dcmi_->utilization(cards[c], d, 6, &rate) == 0)
+            mem_util.samples.push_back(FormatSample(mem_util.name, labels, rate / 100.0));
           int t = 0;
-          if (dcmi_->temperature(cards[c], d, &t) == 0) temp.samples.push_back(FormatSample(temp.name, labels, t));
+          if (dcmi_->temperature(cards[c], d, &t) == 0)
+            temp.samples.push_back(FormatSample(temp.name, labels, t));
           int p = 0;
-          if (dcmi_->power(cards[c], d, &p) == 0) power.samples.push_back(FormatSample(power.name, labels, p / 10.0));
+          if (dcmi_->power(cards[c], d, &p) == 0)
+            power.samples.push_back(FormatSample(power.name, labels, p / 10.0));
         }
       }
     }

@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -82,7 +82,8 @@ json Meminfo(const std::string& proc) {
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream fields(line);
-    if (fields >> key >> value && !key.empty() && key.back() == ':') out[key.substr(0, key.size() - 1)] = value;
+    if (fields >> key >> value && !key.empty() && key.back() == ':')
+      out[key.substr(0, key.size() - 1)] = value;
   }
   return out;
 }
@@ -93,7 +94,8 @@ int CountNumaNodes(const std::string& sys) {
   int n = 0;
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    if (name.size() > 4 && strings::StartsWith(name, "node") && strings::ParseInt(name.substr(4))) ++n;
+    if (name.size() > 4 && strings::StartsWith(name, "node") && strings::ParseInt(name.substr(4)))
+      ++n;
   }
   closedir(d);
   return n;
@@ -116,10 +118,13 @@ json PortHolder(const std::string& proc, int port) {
     while (std::getline(in, line)) {
       std::istringstream f(line);
       std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
-      if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
+      if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >>
+            inode))
+        continue;
       const size_t colon = local.rfind(':');
       if (colon == std::string::npos || state != "0A") continue;  // 0A = LISTEN
-      if (std::strtol(local.substr(colon + 1).c_str(), nullptr, 16) == port) inodes.insert("socket:[" + inode + "]");
+      if (std::strtol(local.substr(colon + 1).c_str(), nullptr, 16) == port)
+        inodes.insert("socket:[" + inode + "]");
     }
   }
   if (inodes.empty()) return nullptr;
@@ -165,7 +170,10 @@ json GatherInterfaceFacts(const std::string& sys) {
   json list = json::array();
   const std::vector<transport::Interface> all = transport::ListInterfaces();
   for (const transport::Interface& i : all) {
-    list.push_back({{"name", i.name}, {"address", i.address}, {"up", i.up}, {"loopback", i.loopback},
+    list.push_back({{"name", i.name},
+                    {"address", i.address},
+                    {"up", i.up},
+                    {"loopback", i.loopback},
                     {"mtu", ReadInt(sys + "/class/net/" + i.name + "/mtu")}});
   }
   json chosen = nullptr;
@@ -199,15 +207,21 @@ json GatherInterfaceFacts(const std::string& sys) {
     }
     chosen = {{"name", name}, {"address", address}, {"reason", reason}};
   }
-  return json{{"list", list}, {"chosen", chosen}, {"socket_ifname", ifname}, {"master_addr", master},
+  return json{{"list", list},
+              {"chosen", chosen},
+              {"socket_ifname", ifname},
+              {"master_addr", master},
               {"error", error}};
 }
 
 const char* VerdictName(Verdict v) {
   switch (v) {
-    case Verdict::kPass: return "PASS";
-    case Verdict::kWarn: return "WARN";
-    case Verdict::kFail: return "FAIL";
+    case Verdict::kPass:
+      return "PASS";
+    case Verdict::kWarn:
+      return "WARN";
+    case Verdict::kFail:
+      return "FAIL";
   }
   return "?";
 }
@@ -226,7 +240,8 @@ json GatherHostFacts(const DoctorRoots& roots) {
   CPU_ZERO(&set);
   const int affinity = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : -1;
   const int numa = CountNumaNodes(roots.sys);
-  f["cpu"] = {{"online", sysconf(_SC_NPROCESSORS_ONLN)}, {"affinity", affinity},
+  f["cpu"] = {{"online", sysconf(_SC_NPROCESSORS_ONLN)},
+              {"affinity", affinity},
               {"numa_nodes", numa >= 0 ? json(numa) : json(nullptr)}};
   const json mem = Meminfo(roots.proc);
   if (mem.is_null()) {
@@ -256,23 +271,30 @@ json GatherHostFacts(const DoctorRoots& roots) {
   f["clocksource"] = {{"current", current ? json(*current) : json(nullptr)},
                       {"available", available ? json(*available) : json(nullptr)}};
   json ports = json::array();
-  const int master_port = static_cast<int>(strings::ParseInt(SettingValue(settings, "MASTER_PORT")).value_or(29500));
+  const int master_port =
+      static_cast<int>(strings::ParseInt(SettingValue(settings, "MASTER_PORT")).value_or(29500));
   ports.push_back(PortFacts(roots.proc, master_port, "MASTER_PORT (PyTorch store)"));
   ports.push_back(PortFacts(roots.proc, master_port + 1, "MASTER_PORT+1 (choir store)"));
   ports.push_back(PortFacts(roots.proc, kExporterPort, "choir exporter default"));
   auto metrics = ParseMetricsPort(SettingValue(settings, "CHOIR_METRICS_PORT"), 0);
-  if (metrics.ok() && *metrics > 0) ports.push_back(PortFacts(roots.proc, *metrics, "CHOIR_METRICS_PORT"));
+  if (metrics.ok() && *metrics > 0)
+    ports.push_back(PortFacts(roots.proc, *metrics, "CHOIR_METRICS_PORT"));
   for (int p : roots.extra_ports) ports.push_back(PortFacts(roots.proc, p, "--port"));
   f["ports"] = ports;
-  f["choir"] = {{"version", kVersionString}, {"build", BuildString()}, {"kernel_isa", KernelIsa()},
+  f["choir"] = {{"version", kVersionString},
+                {"build", BuildString()},
+                {"kernel_isa", KernelIsa()},
                 {"protocol", kProtocolVersion}};
   json user_set = json::object();
   json invalid = json::array();
   for (const SettingInfo& s : settings) {
-    if (s.source != SettingSource::kDefault) user_set[s.name] = {{"value", s.value}, {"source", SettingSourceName(s.source)}};
+    if (s.source != SettingSource::kDefault)
+      user_set[s.name] = {{"value", s.value}, {"source", SettingSourceName(s.source)}};
     if (!s.error.empty()) invalid.push_back({{"name", s.name}, {"error", s.error}});
   }
-  f["settings"] = {{"user_set", user_set}, {"invalid", invalid}, {"unknown_environment", UnknownSettingsInEnvironment()}};
+  f["settings"] = {{"user_set", user_set},
+                   {"invalid", invalid},
+                   {"unknown_environment", UnknownSettingsInEnvironment()}};
   return f;
 }
 
@@ -288,12 +310,20 @@ const json* Get(const json& f, std::initializer_list<const char*> path) {
   return j;
 }
 
-int64_t Int(const json* j, int64_t fallback) { return j != nullptr && j->is_number() ? j->get<int64_t>() : fallback; }
-std::string Str(const json* j) { return j != nullptr && j->is_string() ? j->get<std::string>() : ""; }
+int64_t Int(const json* j, int64_t fallback) {
+  return j != nullptr && j->is_number() ? j->get<int64_t>() : fallback;
+}
+std::string Str(const json* j) {
+  return j != nullptr && j->is_string() ? j->get<std::string>() : "";
+}
 
 CheckResult Unreadable(const char* id, const char* title, const char* what) {
-  return {id, title, Verdict::kWarn, std::string(what) + " could not be read",
-          "doctor has no facts for this check (the file is missing or not readable here, e.g. in a container)",
+  return {id,
+          title,
+          Verdict::kWarn,
+          std::string(what) + " could not be read",
+          "doctor has no facts for this check (the file is missing or not readable here, e.g. in a "
+          "container)",
           "run `choir doctor` on the host itself, or as a user that can read it"};
 }
 
@@ -309,21 +339,29 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
     if (kernel.empty()) {
       out.push_back(Unreadable("os", "OS and kernel", "the kernel release"));
     } else {
-      out.push_back({"os", "OS and kernel", Verdict::kPass, (os.empty() ? "unknown OS" : os) + ", kernel " + kernel, "", ""});
+      out.push_back({"os", "OS and kernel", Verdict::kPass,
+                     (os.empty() ? "unknown OS" : os) + ", kernel " + kernel, "", ""});
     }
   }
   {  // CPU and NUMA
     const int64_t online = Int(Get(f, {"cpu", "online"}), -1);
     const int64_t affinity = Int(Get(f, {"cpu", "affinity"}), -1);
     const int64_t numa = Int(Get(f, {"cpu", "numa_nodes"}), -1);
-    CheckResult c{"cpu", "CPU and NUMA", Verdict::kPass,
-                  fmt::format("{} CPUs online, {} usable by this process, {} NUMA node(s)", online, affinity,
-                              numa < 0 ? std::string("?") : std::to_string(numa)),
-                  "", ""};
+    CheckResult c{"cpu",
+                  "CPU and NUMA",
+                  Verdict::kPass,
+                  fmt::format("{} CPUs online, {} usable by this process, {} NUMA node(s)", online,
+                              affinity, numa < 0 ? std::string("?") : std::to_string(numa)),
+                  "",
+                  ""};
     if (online > 0 && affinity > 0 && affinity < online) {
       c.verdict = Verdict::kWarn;
-      c.cause = "this process may only run on part of the CPUs (taskset, cgroup cpuset or a container limit); ranks started from here inherit it and compete for those CPUs";
-      c.fix = "start choir from an unrestricted shell, or size -n to the CPUs you were given; `taskset -p $$` shows the mask";
+      c.cause =
+          "this process may only run on part of the CPUs (taskset, cgroup cpuset or a container "
+          "limit); ranks started from here inherit it and compete for those CPUs";
+      c.fix =
+          "start choir from an unrestricted shell, or size -n to the CPUs you were given; `taskset "
+          "-p $$` shows the mask";
     }
     out.push_back(c);
   }
@@ -333,13 +371,19 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
       out.push_back(Unreadable("hugepages", "Huge pages", "/proc/meminfo"));
     } else {
       const int64_t total = Int(Get(*hp, {"total"}), 0), free = Int(Get(*hp, {"free"}), 0);
-      CheckResult c{"hugepages", "Huge pages", Verdict::kPass,
-                    fmt::format("{} reserved, {} free (size {} kB); transparent huge pages: {}", total, free,
-                                Int(Get(*hp, {"size_kb"}), 0), Str(Get(f, {"transparent_hugepages"}))),
-                    "", ""};
+      CheckResult c{
+          "hugepages",
+          "Huge pages",
+          Verdict::kPass,
+          fmt::format("{} reserved, {} free (size {} kB); transparent huge pages: {}", total, free,
+                      Int(Get(*hp, {"size_kb"}), 0), Str(Get(f, {"transparent_hugepages"}))),
+          "",
+          ""};
       if (total > 0 && free == 0) {
         c.verdict = Verdict::kWarn;
-        c.cause = "every reserved huge page is in use; programs that expect them fall back to small pages or fail";
+        c.cause =
+            "every reserved huge page is in use; programs that expect them fall back to small "
+            "pages or fail";
         c.fix = "reserve more (sysctl vm.nr_hugepages=N) or find the holder in /proc/*/smaps";
       }
       out.push_back(c);
@@ -350,10 +394,17 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
     if (s == nullptr) {
       out.push_back(Unreadable("swappiness", "Swappiness", "/proc/sys/vm/swappiness"));
     } else {
-      CheckResult c{"swappiness", "Swappiness", Verdict::kPass, fmt::format("vm.swappiness = {}", Int(s, 0)), "", ""};
+      CheckResult c{"swappiness",
+                    "Swappiness",
+                    Verdict::kPass,
+                    fmt::format("vm.swappiness = {}", Int(s, 0)),
+                    "",
+                    ""};
       if (Int(s, 0) > 10) {
         c.verdict = Verdict::kWarn;
-        c.cause = "the kernel swaps out idle pages of training processes (optimizer state, pinned buffers) early, which shows up as step-time spikes";
+        c.cause =
+            "the kernel swaps out idle pages of training processes (optimizer state, pinned "
+            "buffers) early, which shows up as step-time spikes";
         c.fix = "sysctl -w vm.swappiness=1 (persist it in /etc/sysctl.d/)";
       }
       out.push_back(c);
@@ -365,16 +416,25 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
       out.push_back(Unreadable("nofile", "Open files limit", "RLIMIT_NOFILE"));
     } else {
       const int64_t soft = Int(n, 0);
-      CheckResult c{"nofile", "Open files limit", Verdict::kPass,
-                    fmt::format("ulimit -n = {}", soft < 0 ? std::string("unlimited") : std::to_string(soft)), "", ""};
+      CheckResult c{
+          "nofile",
+          "Open files limit",
+          Verdict::kPass,
+          fmt::format("ulimit -n = {}", soft < 0 ? std::string("unlimited") : std::to_string(soft)),
+          "",
+          ""};
       if (soft >= 0 && soft < 1024) {
         c.verdict = Verdict::kFail;
       } else if (soft >= 0 && soft < 65536) {
         c.verdict = Verdict::kWarn;
       }
       if (c.verdict != Verdict::kPass) {
-        c.cause = "every rank holds sockets to its peers, shared-memory segments and the store; large jobs (and data loaders) run out of descriptors and fail with E306/E501";
-        c.fix = "raise it: `ulimit -n 1048576`, LimitNOFILE= in the systemd unit, or nofile in /etc/security/limits.conf";
+        c.cause =
+            "every rank holds sockets to its peers, shared-memory segments and the store; large "
+            "jobs (and data loaders) run out of descriptors and fail with E306/E501";
+        c.fix =
+            "raise it: `ulimit -n 1048576`, LimitNOFILE= in the systemd unit, or nofile in "
+            "/etc/security/limits.conf";
       }
       out.push_back(c);
     }
@@ -385,12 +445,21 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
       out.push_back(Unreadable("memlock", "Locked memory limit", "RLIMIT_MEMLOCK"));
     } else {
       const int64_t soft = Int(m, 0);
-      CheckResult c{"memlock", "Locked memory limit", Verdict::kPass,
-                    fmt::format("ulimit -l = {}", soft < 0 ? std::string("unlimited") : Bytes(static_cast<uint64_t>(soft))), "", ""};
+      CheckResult c{"memlock",
+                    "Locked memory limit",
+                    Verdict::kPass,
+                    fmt::format("ulimit -l = {}", soft < 0 ? std::string("unlimited")
+                                                           : Bytes(static_cast<uint64_t>(soft))),
+                    "",
+                    ""};
       if (soft >= 0 && static_cast<uint64_t>(soft) < 64 * kMiB) {
         c.verdict = Verdict::kWarn;
-        c.cause = "pinned (registered) memory for RDMA and device DMA needs a high locked-memory limit; small limits make registration fail";
-        c.fix = "set memlock to unlimited: `ulimit -l unlimited`, LimitMEMLOCK=infinity, or docker --ulimit memlock=-1";
+        c.cause =
+            "pinned (registered) memory for RDMA and device DMA needs a high locked-memory limit; "
+            "small limits make registration fail";
+        c.fix =
+            "set memlock to unlimited: `ulimit -l unlimited`, LimitMEMLOCK=infinity, or docker "
+            "--ulimit memlock=-1";
       }
       out.push_back(c);
     }
@@ -402,15 +471,21 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
     } else {
       const uint64_t size = static_cast<uint64_t>(Int(Get(*s, {"size_bytes"}), 0));
       const uint64_t free = static_cast<uint64_t>(Int(Get(*s, {"free_bytes"}), 0));
-      CheckResult c{"shm", "/dev/shm", Verdict::kPass, fmt::format("{} free of {}", Bytes(free), Bytes(size)), "", ""};
+      CheckResult c{
+          "shm", "/dev/shm", Verdict::kPass, fmt::format("{} free of {}", Bytes(free), Bytes(size)),
+          "",    ""};
       if (size < 256 * kMiB || free < 64 * kMiB) {
         c.verdict = Verdict::kFail;
       } else if (free < kGiB || free * 10 < size) {
         c.verdict = Verdict::kWarn;
       }
       if (c.verdict != Verdict::kPass) {
-        c.cause = "choir's shared-memory transport and PyTorch's data loaders allocate in /dev/shm; when it is small (containers default to 64 MB) or full, ranks fail with E305 ShmError";
-        c.fix = "enlarge it (docker --shm-size=16g, Kubernetes emptyDir medium: Memory, or mount -o remount,size=16G /dev/shm) and delete stale files; or force CHOIR_TRANSPORT=tcp";
+        c.cause =
+            "choir's shared-memory transport and PyTorch's data loaders allocate in /dev/shm; when "
+            "it is small (containers default to 64 MB) or full, ranks fail with E305 ShmError";
+        c.fix =
+            "enlarge it (docker --shm-size=16g, Kubernetes emptyDir medium: Memory, or mount -o "
+            "remount,size=16G /dev/shm) and delete stale files; or force CHOIR_TRANSPORT=tcp";
       }
       out.push_back(c);
     }
@@ -423,9 +498,9 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
       std::string listing;
       if (const json* list = Get(*ifs, {"list"}); list != nullptr && list->is_array()) {
         for (const json& i : *list) {
-          listing += fmt::format("{}{} {} {} mtu {}", listing.empty() ? "" : "; ", Str(Get(i, {"name"})),
-                                 Str(Get(i, {"address"})), i.value("up", false) ? "up" : "DOWN",
-                                 Int(Get(i, {"mtu"}), -1));
+          listing += fmt::format("{}{} {} {} mtu {}", listing.empty() ? "" : "; ",
+                                 Str(Get(i, {"name"})), Str(Get(i, {"address"})),
+                                 i.value("up", false) ? "up" : "DOWN", Int(Get(i, {"mtu"}), -1));
         }
       }
       const json* chosen = Get(*ifs, {"chosen"});
@@ -434,25 +509,37 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
       if (!error.empty() || chosen == nullptr) {
         c.verdict = Verdict::kFail;
         c.summary += "; choir would pick: nothing";
-        c.cause = "CHOIR_SOCKET_IFNAME='" + Str(Get(*ifs, {"socket_ifname"})) + "' matches no up interface with an IPv4 address: ranks fail with E308 InterfaceNotFound (" + error + ")";
-        c.fix = "list interfaces with `ip -br addr` and fix CHOIR_SOCKET_IFNAME (prefix list, ^ excludes, = exact)";
+        c.cause = "CHOIR_SOCKET_IFNAME='" + Str(Get(*ifs, {"socket_ifname"})) +
+                  "' matches no up interface with an IPv4 address: ranks fail with E308 "
+                  "InterfaceNotFound (" +
+                  error + ")";
+        c.fix =
+            "list interfaces with `ip -br addr` and fix CHOIR_SOCKET_IFNAME (prefix list, ^ "
+            "excludes, = exact)";
       } else {
         const std::string name = Str(Get(*chosen, {"name"}));
         const std::string addr = Str(Get(*chosen, {"address"}));
         const std::string master = Str(Get(*ifs, {"master_addr"}));
-        c.summary += fmt::format("; choir would pick {} {} ({})", name.empty() ? "?" : name, addr, Str(Get(*chosen, {"reason"})));
+        c.summary += fmt::format("; choir would pick {} {} ({})", name.empty() ? "?" : name, addr,
+                                 Str(Get(*chosen, {"reason"})));
         const bool chosen_loopback = strings::StartsWith(addr, "127.");
         const bool master_loopback = strings::StartsWith(master, "127.") || master == "localhost";
         if (chosen_loopback && !master_loopback) {
           c.verdict = Verdict::kWarn;
-          c.cause = "choir would listen on loopback while the store host " + master + " is remote: peers on other hosts cannot connect (E300 ConnectTimeout)";
-          c.fix = "set CHOIR_SOCKET_IFNAME to the data interface (e.g. =eth0) or MASTER_ADDR to an address on it";
+          c.cause = "choir would listen on loopback while the store host " + master +
+                    " is remote: peers on other hosts cannot connect (E300 ConnectTimeout)";
+          c.fix =
+              "set CHOIR_SOCKET_IFNAME to the data interface (e.g. =eth0) or MASTER_ADDR to an "
+              "address on it";
         } else {
           for (const char* bad : {"docker", "virbr", "veth", "br-", "cni", "flannel"}) {
             if (strings::StartsWith(name, bad)) {
               c.verdict = Verdict::kWarn;
-              c.cause = "choir would use the virtual/bridge interface " + name + ", which peers on other hosts usually cannot reach";
-              c.fix = "set CHOIR_SOCKET_IFNAME to the data interface, e.g. CHOIR_SOCKET_IFNAME=^docker,lo,veth";
+              c.cause = "choir would use the virtual/bridge interface " + name +
+                        ", which peers on other hosts usually cannot reach";
+              c.fix =
+                  "set CHOIR_SOCKET_IFNAME to the data interface, e.g. "
+                  "CHOIR_SOCKET_IFNAME=^docker,lo,veth";
             }
           }
         }
@@ -466,11 +553,16 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
       out.push_back(Unreadable("clocksource", "Clock source", "the clock source"));
     } else {
       CheckResult c{"clocksource", "Clock source", Verdict::kPass, current, "", ""};
-      static const char* kFast[] = {"tsc", "kvm-clock", "arch_sys_counter", "hyperv_clocksource_tsc_page", "xen"};
-      if (std::none_of(std::begin(kFast), std::end(kFast), [&](const char* k) { return current == k; })) {
+      static const char* kFast[] = {"tsc", "kvm-clock", "arch_sys_counter",
+                                    "hyperv_clocksource_tsc_page", "xen"};
+      if (std::none_of(std::begin(kFast), std::end(kFast),
+                       [&](const char* k) { return current == k; })) {
         c.verdict = Verdict::kWarn;
-        c.cause = "the " + current + " clock source makes every clock read a slow system call; timeouts, metrics and profilers read the clock often";
-        c.fix = "use tsc if available (" + Str(Get(f, {"clocksource", "available"})) + "): echo tsc > /sys/devices/system/clocksource/clocksource0/current_clocksource";
+        c.cause = "the " + current +
+                  " clock source makes every clock read a slow system call; timeouts, metrics and "
+                  "profilers read the clock often";
+        c.fix = "use tsc if available (" + Str(Get(f, {"clocksource", "available"})) +
+                "): echo tsc > /sys/devices/system/clocksource/clocksource0/current_clocksource";
       }
       out.push_back(c);
     }
@@ -483,48 +575,68 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
       for (const json& p : *ports) {
         const bool free = p.value("free", false);
         std::string holder;
-        if (const json* h = Get(p, {"holder"})) holder = fmt::format(" by pid {} ({})", Int(Get(*h, {"pid"}), 0), Str(Get(*h, {"command"})));
-        c.summary += fmt::format("{}{} {}", c.summary.empty() ? "" : "; ", Int(Get(p, {"port"}), 0), free ? "free" : "IN USE" + holder);
-        if (!free) busy += fmt::format("{}{} ({}){}", busy.empty() ? "" : ", ", Int(Get(p, {"port"}), 0), Str(Get(p, {"purpose"})), holder);
+        if (const json* h = Get(p, {"holder"}))
+          holder =
+              fmt::format(" by pid {} ({})", Int(Get(*h, {"pid"}), 0), Str(Get(*h, {"command"})));
+        c.summary += fmt::format("{}{} {}", c.summary.empty() ? "" : "; ", Int(Get(p, {"port"}), 0),
+                                 free ? "free" : "IN USE" + holder);
+        if (!free)
+          busy += fmt::format("{}{} ({}){}", busy.empty() ? "" : ", ", Int(Get(p, {"port"}), 0),
+                              Str(Get(p, {"purpose"})), holder);
       }
     }
     if (!busy.empty()) {
       c.verdict = Verdict::kWarn;
-      c.cause = "ports choir uses by default are taken: " + busy + "; a job using them fails with E307 AddressInUse (often a stale process of an earlier run)";
-      c.fix = "stop the holder if it is stale (`ss -ltnp 'sport = :PORT'` shows it), or give the job another --master-port";
+      c.cause = "ports choir uses by default are taken: " + busy +
+                "; a job using them fails with E307 AddressInUse (often a stale process of an "
+                "earlier run)";
+      c.fix =
+          "stop the holder if it is stale (`ss -ltnp 'sport = :PORT'` shows it), or give the job "
+          "another --master-port";
     }
     out.push_back(c);
   }
   {  // choir build
-    CheckResult c{"choir", "choir build", Verdict::kPass,
-                  fmt::format("choir {} ({}), kernels {}, protocol {}", Str(Get(f, {"choir", "version"})),
-                              Str(Get(f, {"choir", "build"})), Str(Get(f, {"choir", "kernel_isa"})),
-                              Int(Get(f, {"choir", "protocol"}), 0)),
-                  "", ""};
+    CheckResult c{
+        "choir",
+        "choir build",
+        Verdict::kPass,
+        fmt::format("choir {} ({}), kernels {}, protocol {}", Str(Get(f, {"choir", "version"})),
+                    Str(Get(f, {"choir", "build"})), Str(Get(f, {"choir", "kernel_isa"})),
+                    Int(Get(f, {"choir", "protocol"}), 0)),
+        "",
+        ""};
     out.push_back(c);
   }
   {  // settings
     CheckResult c{"settings", "Settings in effect", Verdict::kPass, "", "", ""};
     if (const json* set = Get(f, {"settings", "user_set"}); set != nullptr && set->is_object()) {
       for (const auto& [name, v] : set->items()) {
-        c.summary += fmt::format("{}{}={} ({})", c.summary.empty() ? "" : ", ", name, Str(Get(v, {"value"})), Str(Get(v, {"source"})));
+        c.summary += fmt::format("{}{}={} ({})", c.summary.empty() ? "" : ", ", name,
+                                 Str(Get(v, {"value"})), Str(Get(v, {"source"})));
       }
     }
     if (c.summary.empty()) c.summary = "all defaults";
     std::string invalid, unknown;
     if (const json* inv = Get(f, {"settings", "invalid"}); inv != nullptr && inv->is_array()) {
-      for (const json& i : *inv) invalid += fmt::format("{}{}: {}", invalid.empty() ? "" : "; ", Str(Get(i, {"name"})), Str(Get(i, {"error"})));
+      for (const json& i : *inv)
+        invalid += fmt::format("{}{}: {}", invalid.empty() ? "" : "; ", Str(Get(i, {"name"})),
+                               Str(Get(i, {"error"})));
     }
-    if (const json* unk = Get(f, {"settings", "unknown_environment"}); unk != nullptr && unk->is_array()) {
-      for (const json& u : *unk) unknown += (unknown.empty() ? "" : ", ") + (u.is_string() ? u.get<std::string>() : "?");
+    if (const json* unk = Get(f, {"settings", "unknown_environment"});
+        unk != nullptr && unk->is_array()) {
+      for (const json& u : *unk)
+        unknown += (unknown.empty() ? "" : ", ") + (u.is_string() ? u.get<std::string>() : "?");
     }
     if (!invalid.empty()) {
       c.verdict = Verdict::kFail;
       c.cause = "rejected values (E105 InvalidSetting; communicators refuse to start): " + invalid;
-      c.fix = "fix or unset them; `choir doctor params` shows every setting, its type and its source";
+      c.fix =
+          "fix or unset them; `choir doctor params` shows every setting, its type and its source";
     } else if (!unknown.empty()) {
       c.verdict = Verdict::kWarn;
-      c.cause = "CHOIR_* variables that are not choir settings (typos are silently ignored): " + unknown;
+      c.cause =
+          "CHOIR_* variables that are not choir settings (typos are silently ignored): " + unknown;
       c.fix = "correct the names; `choir doctor params` suggests the closest setting";
     }
     out.push_back(c);
@@ -546,7 +658,10 @@ json DoctorReport(const json& facts, const std::vector<CheckResult>& checks) {
   json list = json::array();
   for (const CheckResult& c : checks) {
     ++counts[static_cast<int>(c.verdict)];
-    json j = {{"id", c.id}, {"title", c.title}, {"status", VerdictName(c.verdict)}, {"summary", c.summary}};
+    json j = {{"id", c.id},
+              {"title", c.title},
+              {"status", VerdictName(c.verdict)},
+              {"summary", c.summary}};
     if (c.verdict != Verdict::kPass) {
       j["cause"] = c.cause;
       j["fix"] = c.fix;

@@ -31,8 +31,8 @@ enum class Verdict { kPass, kWarn, kFail };
 const char* VerdictName(Verdict v);
 
 struct CheckResult {
-  std::string id;       // "shm"
-  std::string title;    // "/dev/shm"
+  std::string id;     // "shm"
+  std::string title;  // "/dev/shm"
   Verdict verdict = Verdict::kPass;
   std::string summary;  // what was found
   std::string cause;    // why it matters (non-PASS)

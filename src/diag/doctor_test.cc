@@ -44,7 +44,8 @@ TEST(DoctorTest, HealthyHostPassesEverything) {
   for (const CheckResult& c : checks) {
     EXPECT_EQ(c.verdict, Verdict::kPass) << c.id << ": " << c.summary << " / " << c.cause;
   }
-  EXPECT_NE(Find(checks, "interfaces").summary.find("choir would pick eth0 10.0.0.5"), std::string::npos);
+  EXPECT_NE(Find(checks, "interfaces").summary.find("choir would pick eth0 10.0.0.5"),
+            std::string::npos);
 }
 
 TEST(DoctorTest, EachProblemHasAVerdictCauseAndFix) {
@@ -54,7 +55,11 @@ TEST(DoctorTest, EachProblemHasAVerdictCauseAndFix) {
     std::function<void(json&)> breakit;
   };
   const std::vector<Case> cases = {
-      {"shm", Verdict::kFail, [](json& f) { f["shm"]["size_bytes"] = 64 << 20; f["shm"]["free_bytes"] = 60 << 20; }},
+      {"shm", Verdict::kFail,
+       [](json& f) {
+         f["shm"]["size_bytes"] = 64 << 20;
+         f["shm"]["free_bytes"] = 60 << 20;
+       }},
       {"shm", Verdict::kWarn, [](json& f) { f["shm"]["free_bytes"] = 512 << 20; }},
       {"swappiness", Verdict::kWarn, [](json& f) { f["swappiness"] = 60; }},
       {"nofile", Verdict::kFail, [](json& f) { f["limits"]["nofile"]["soft"] = 256; }},
@@ -63,12 +68,26 @@ TEST(DoctorTest, EachProblemHasAVerdictCauseAndFix) {
       {"hugepages", Verdict::kWarn, [](json& f) { f["hugepages"]["total"] = 16; }},
       {"cpu", Verdict::kWarn, [](json& f) { f["cpu"]["affinity"] = 4; }},
       {"clocksource", Verdict::kWarn, [](json& f) { f["clocksource"]["current"] = "hpet"; }},
-      {"ports", Verdict::kWarn, [](json& f) { f["ports"][0]["free"] = false; f["ports"][0]["holder"] = {{"pid", 42}, {"command", "python3"}}; }},
-      {"interfaces", Verdict::kFail, [](json& f) { f["interfaces"]["chosen"] = nullptr; f["interfaces"]["error"] = "E308"; }},
-      {"interfaces", Verdict::kWarn, [](json& f) { f["interfaces"]["chosen"]["address"] = "127.0.0.1"; }},
-      {"interfaces", Verdict::kWarn, [](json& f) { f["interfaces"]["chosen"]["name"] = "docker0"; }},
-      {"settings", Verdict::kFail, [](json& f) { f["settings"]["invalid"] = json::array({{{"name", "CHOIR_TIMEOUT"}, {"error", "bad"}}}); }},
-      {"settings", Verdict::kWarn, [](json& f) { f["settings"]["unknown_environment"] = json::array({"CHOIR_TIMOUT"}); }},
+      {"ports", Verdict::kWarn,
+       [](json& f) {
+         f["ports"][0]["free"] = false;
+         f["ports"][0]["holder"] = {{"pid", 42}, {"command", "python3"}};
+       }},
+      {"interfaces", Verdict::kFail,
+       [](json& f) {
+         f["interfaces"]["chosen"] = nullptr;
+         f["interfaces"]["error"] = "E308";
+       }},
+      {"interfaces", Verdict::kWarn,
+       [](json& f) { f["interfaces"]["chosen"]["address"] = "127.0.0.1"; }},
+      {"interfaces", Verdict::kWarn,
+       [](json& f) { f["interfaces"]["chosen"]["name"] = "docker0"; }},
+      {"settings", Verdict::kFail,
+       [](json& f) {
+         f["settings"]["invalid"] = json::array({{{"name", "CHOIR_TIMEOUT"}, {"error", "bad"}}});
+       }},
+      {"settings", Verdict::kWarn,
+       [](json& f) { f["settings"]["unknown_environment"] = json::array({"CHOIR_TIMOUT"}); }},
   };
   for (const Case& c : cases) {
     json facts = GoodFacts();
@@ -85,11 +104,14 @@ TEST(DoctorTest, EachProblemHasAVerdictCauseAndFix) {
   json facts = GoodFacts();
   facts["ports"][0]["free"] = false;
   facts["ports"][0]["holder"] = {{"pid", 42}, {"command", "python3"}};
-  EXPECT_NE(Find(JudgeHostFacts(facts), "ports").cause.find("29500 (MASTER_PORT) by pid 42 (python3)"), std::string::npos);
+  EXPECT_NE(
+      Find(JudgeHostFacts(facts), "ports").cause.find("29500 (MASTER_PORT) by pid 42 (python3)"),
+      std::string::npos);
 }
 
 TEST(DoctorTest, MissingOrWrongFactsWarnInsteadOfCrashing) {
-  for (const json& facts : {json::object(), json::parse(R"({"shm": "huge", "cpu": [1], "limits": 3, "ports": {}})")}) {
+  for (const json& facts :
+       {json::object(), json::parse(R"({"shm": "huge", "cpu": [1], "limits": 3, "ports": {}})")}) {
     const auto checks = JudgeHostFacts(facts);
     EXPECT_EQ(checks.size(), 12u);
     EXPECT_EQ(Find(checks, "shm").verdict, Verdict::kWarn);
@@ -108,7 +130,8 @@ TEST(DoctorTest, ReportFollowsTheSchema) {
 }
 
 TEST(DoctorTest, GatheringAnEmptyRootNeverFails) {
-  DoctorRoots roots{"/nonexistent/proc", "/nonexistent/sys", "/nonexistent/etc", "/nonexistent/shm", {}};
+  DoctorRoots roots{
+      "/nonexistent/proc", "/nonexistent/sys", "/nonexistent/etc", "/nonexistent/shm", {}};
   const json facts = GatherHostFacts(roots);
   EXPECT_TRUE(facts["shm"].is_null());
   EXPECT_TRUE(facts["swappiness"].is_null());

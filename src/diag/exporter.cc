@@ -76,37 +76,52 @@ std::string Exporter::Render() {
                                  options_.target_timeout_seconds));
   }
   MetricFamily up = Family("choir_exporter_target_up", "gauge",
-                           "1 when the registered choir process answered this scrape, 0 when it did not (died, hung or sent a broken document).");
+                           "1 when the registered choir process answered this scrape, 0 when it "
+                           "did not (died, hung or sent a broken document).");
   for (auto& f : pending) {
     TargetResult r = f.get();
-    up.samples.push_back(FormatSample(up.name, {{"job", r.entry.job}, {"rank", std::to_string(r.entry.rank)},
-                                                {"pid", std::to_string(r.entry.pid)}}, r.ok ? 1 : 0));
+    up.samples.push_back(FormatSample(up.name,
+                                      {{"job", r.entry.job},
+                                       {"rank", std::to_string(r.entry.rank)},
+                                       {"pid", std::to_string(r.entry.pid)}},
+                                      r.ok ? 1 : 0));
     if (!r.ok) {
       scrape_errors_.fetch_add(1, std::memory_order_relaxed);
-      CHOIR_LOG(Warn, DIAG, "exporter: target job={} rank={} pid={} at {}:{} skipped: {}", r.entry.job,
-                r.entry.rank, r.entry.pid, r.entry.address, r.entry.port, r.error);
+      CHOIR_LOG(Warn, DIAG, "exporter: target job={} rank={} pid={} at {}:{} skipped: {}",
+                r.entry.job, r.entry.rank, r.entry.pid, r.entry.address, r.entry.port, r.error);
       continue;
     }
     for (MetricFamily& fam : r.families) {
       const std::string name = fam.name;
       if (!set.Add(std::move(fam))) {
-        CHOIR_LOG(Warn, DIAG, "exporter: family {} of pid {} has a conflicting type; dropped", name, r.entry.pid);
+        CHOIR_LOG(Warn, DIAG, "exporter: family {} of pid {} has a conflicting type; dropped", name,
+                  r.entry.pid);
       }
     }
   }
-  MetricFamily build = Family("choir_exporter_build_info", "gauge", "choir exporter version (value 1).");
-  build.samples.push_back(FormatSample(build.name, {{"version", kVersionString}, {"build", BuildString()}}, 1));
-  MetricFamily targets = Family("choir_exporter_targets", "gauge",
-                                "Registry entries by state: alive (scraped), stale (process gone), unreadable (bad file).");
-  targets.samples.push_back(FormatSample(targets.name, {{"state", "alive"}}, static_cast<double>(scan.alive.size())));
-  targets.samples.push_back(FormatSample(targets.name, {{"state", "stale"}}, static_cast<double>(scan.stale.size())));
-  targets.samples.push_back(FormatSample(targets.name, {{"state", "unreadable"}}, static_cast<double>(scan.unreadable.size())));
-  MetricFamily errors = Family("choir_exporter_target_scrape_errors_total", "counter",
-                               "Registered processes that could not be scraped, since the exporter started.");
-  errors.samples.push_back(FormatSample(errors.name, {}, static_cast<double>(scrape_errors_.load())));
-  MetricFamily problems = Family("choir_exporter_host_sources_skipped", "gauge",
-                                 "Host metric sources that could not be read (see the exporter's log).");
-  problems.samples.push_back(FormatSample(problems.name, {}, static_cast<double>(host_.Problems().size())));
+  MetricFamily build =
+      Family("choir_exporter_build_info", "gauge", "choir exporter version (value 1).");
+  build.samples.push_back(
+      FormatSample(build.name, {{"version", kVersionString}, {"build", BuildString()}}, 1));
+  MetricFamily targets = Family(
+      "choir_exporter_targets", "gauge",
+      "Registry entries by state: alive (scraped), stale (process gone), unreadable (bad file).");
+  targets.samples.push_back(
+      FormatSample(targets.name, {{"state", "alive"}}, static_cast<double>(scan.alive.size())));
+  targets.samples.push_back(
+      FormatSample(targets.name, {{"state", "stale"}}, static_cast<double>(scan.stale.size())));
+  targets.samples.push_back(FormatSample(targets.name, {{"state", "unreadable"}},
+                                         static_cast<double>(scan.unreadable.size())));
+  MetricFamily errors =
+      Family("choir_exporter_target_scrape_errors_total", "counter",
+             "Registered processes that could not be scraped, since the exporter started.");
+  errors.samples.push_back(
+      FormatSample(errors.name, {}, static_cast<double>(scrape_errors_.load())));
+  MetricFamily problems =
+      Family("choir_exporter_host_sources_skipped", "gauge",
+             "Host metric sources that could not be read (see the exporter's log).");
+  problems.samples.push_back(
+      FormatSample(problems.name, {}, static_cast<double>(host_.Problems().size())));
   set.Add(std::move(build));
   set.Add(std::move(up));
   set.Add(std::move(targets));

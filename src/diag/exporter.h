@@ -22,7 +22,7 @@
 namespace choir::diag {
 
 struct ExporterOptions {
-  std::string registry_dir;        // CHOIR_METRICS_REGISTRY
+  std::string registry_dir;  // CHOIR_METRICS_REGISTRY
   HostPaths host;
   double target_timeout_seconds = 2;
   DeviceLibraryNames devices;

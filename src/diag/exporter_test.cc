@@ -19,7 +19,9 @@
 namespace choir::diag {
 namespace {
 
-bool Has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+bool Has(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
 
 std::string TempDir() {
   char tmpl[] = "/tmp/choir-exporter-XXXXXX";
@@ -38,7 +40,12 @@ RegistryEntry Entry(const std::string& job, int rank, int port) {
 }
 
 TEST(HttpTest, ServesGetsAndReportsPortInUse) {
-  auto server = HttpServer::Start("127.0.0.1", 0, {{"/x", [] { return HttpReply{200, "text/plain", "hello\n"}; }}}, 1);
+  auto server = HttpServer::Start("127.0.0.1", 0,
+                                  {{"/x",
+                                    [] {
+                                      return HttpReply{200, "text/plain", "hello\n"};
+                                    }}},
+                                  1);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   auto got = HttpGet("127.0.0.1", (*server)->port(), "/x", 2);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -97,7 +104,8 @@ TEST(MetricsEndpointTest, PortInUseLeavesMetricsOffThenAutoStartsAndRegisters) {
   EXPECT_EQ(scan.alive[0].job, "endpoint-job");
   EXPECT_EQ(scan.alive[0].rank, 1);
   EXPECT_EQ(scan.alive[0].port, MetricsEndpointPort());
-  EXPECT_TRUE(EnsureMetricsEndpoint({"other", 0, 1, "h"}).ok());  // already running: no second endpoint
+  EXPECT_TRUE(
+      EnsureMetricsEndpoint({"other", 0, 1, "h"}).ok());  // already running: no second endpoint
   EXPECT_EQ(ScanRegistry(dir).alive.size(), 1u);
 }
 
@@ -110,9 +118,11 @@ TEST(DeviceMetricsTest, AbsentLibrariesAreReportedOnceAndNotFatal) {
   FamilySet set;
   set.AddAll(absent.Collect());
   EXPECT_EQ(set.Render(),
-            "# HELP choir_exporter_device_library 1 when the vendor library for device metrics was loaded, else 0.\n"
+            "# HELP choir_exporter_device_library 1 when the vendor library for device metrics was "
+            "loaded, else 0.\n"
             "# TYPE choir_exporter_device_library gauge\n"
-            "choir_exporter_device_library{library=\"nvml\"} 0\nchoir_exporter_device_library{library=\"dcmi\"} 0\n");
+            "choir_exporter_device_library{library=\"nvml\"} "
+            "0\nchoir_exporter_device_library{library=\"dcmi\"} 0\n");
   // A library that loads but is not NVML/DCMI (no such symbols).
   DeviceCollector wrong({{"libm.so.6"}, {"libm.so.6"}});
   EXPECT_FALSE(wrong.nvml_loaded());
@@ -122,12 +132,16 @@ TEST(DeviceMetricsTest, AbsentLibrariesAreReportedOnceAndNotFatal) {
 
 TEST(ExporterTest, MergesTargetsAndSurvivesOneThatDiesMidScrape) {
   const std::string dir = TempDir();
-  auto alive = HttpServer::Start("127.0.0.1", 0, {{"/metrics", [] {
-                                    return HttpReply{200, "text/plain",
-                                                     "# HELP choir_collectives_total Ops.\n# TYPE choir_collectives_total counter\n"
-                                                     "choir_collectives_total{job=\"a\",rank=\"0\"} 5\n"};
-                                  }}},
-                                  1);
+  auto alive = HttpServer::Start(
+      "127.0.0.1", 0,
+      {{"/metrics",
+        [] {
+          return HttpReply{
+              200, "text/plain",
+              "# HELP choir_collectives_total Ops.\n# TYPE choir_collectives_total counter\n"
+              "choir_collectives_total{job=\"a\",rank=\"0\"} 5\n"};
+        }}},
+      1);
   ASSERT_TRUE(alive.ok());
   // A target that sends half a document and hangs up.
   auto dying = net::Listen("127.0.0.1", 0);
@@ -141,7 +155,9 @@ TEST(ExporterTest, MergesTargetsAndSurvivesOneThatDiesMidScrape) {
       close(conn);
       return;
     }
-    const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n# TYPE choir_collectives_total counter\nchoir_coll";
+    const std::string reply =
+        "HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n# TYPE choir_collectives_total "
+        "counter\nchoir_coll";
     if (write(conn, reply.data(), reply.size()) < 0) {
       close(conn);
       return;
@@ -168,9 +184,11 @@ TEST(ExporterTest, MergesTargetsAndSurvivesOneThatDiesMidScrape) {
   auto parsed = ParsePrometheusText(text);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_TRUE(Has(text, "choir_collectives_total{job=\"a\",rank=\"0\"} 5\n")) << text;
-  EXPECT_TRUE(Has(text, "choir_exporter_target_up{job=\"a\",rank=\"0\",pid=\"" + std::to_string(getpid()) + "\"} 1\n"));
+  EXPECT_TRUE(Has(text, "choir_exporter_target_up{job=\"a\",rank=\"0\",pid=\"" +
+                            std::to_string(getpid()) + "\"} 1\n"));
   EXPECT_TRUE(Has(text, "choir_exporter_target_up{job=\"b\",rank=\"1\",pid=\"1\"} 0\n"));
-  EXPECT_TRUE(Has(text, "choir_exporter_target_up{job=\"c\",rank=\"0\",pid=\"" + std::to_string(getppid()) + "\"} 0\n"));
+  EXPECT_TRUE(Has(text, "choir_exporter_target_up{job=\"c\",rank=\"0\",pid=\"" +
+                            std::to_string(getppid()) + "\"} 0\n"));
   EXPECT_TRUE(Has(text, "choir_exporter_targets{state=\"alive\"} 3\n"));
   EXPECT_TRUE(Has(text, "choir_exporter_target_scrape_errors_total 2\n"));
   EXPECT_TRUE(Has(text, "# TYPE choir_host_memory_total_bytes gauge\n"));

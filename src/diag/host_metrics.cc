@@ -95,7 +95,8 @@ void HostCollector::CollectCpu(MetricFamily* cpu) {
   const std::string path = paths_.proc + "/stat";
   std::string text;
   if (!ReadFile(path, &text)) return Skip(path, std::strerror(errno));
-  static const char* kModes[] = {"user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"};
+  static const char* kModes[] = {"user",   "nice", "system",  "idle",
+                                 "iowait", "irq",  "softirq", "steal"};
   const double tick = static_cast<double>(std::max(1L, sysconf(_SC_CLK_TCK)));
   std::istringstream in(text);
   std::string line;
@@ -109,18 +110,22 @@ void HostCollector::CollectCpu(MetricFamily* cpu) {
     for (const char* mode : kModes) {
       double ticks = 0;
       if (!(fields >> ticks)) break;
-      cpu->samples.push_back(FormatSample(cpu->name, {{"cpu", core}, {"mode", mode}}, ticks / tick));
+      cpu->samples.push_back(
+          FormatSample(cpu->name, {{"cpu", core}, {"mode", mode}}, ticks / tick));
     }
   }
 }
 
-void HostCollector::CollectMemory(MetricFamily* total, MetricFamily* available, MetricFamily* free) {
+void HostCollector::CollectMemory(MetricFamily* total, MetricFamily* available,
+                                  MetricFamily* free) {
   const std::string path = paths_.proc + "/meminfo";
   std::string text;
   if (!ReadFile(path, &text)) return Skip(path, std::strerror(errno));
   double v = 0;
-  if (MeminfoBytes(text, "MemTotal", &v)) total->samples.push_back(FormatSample(total->name, {}, v));
-  if (MeminfoBytes(text, "MemAvailable", &v)) available->samples.push_back(FormatSample(available->name, {}, v));
+  if (MeminfoBytes(text, "MemTotal", &v))
+    total->samples.push_back(FormatSample(total->name, {}, v));
+  if (MeminfoBytes(text, "MemAvailable", &v))
+    available->samples.push_back(FormatSample(available->name, {}, v));
   if (MeminfoBytes(text, "MemFree", &v)) free->samples.push_back(FormatSample(free->name, {}, v));
 }
 
@@ -148,8 +153,10 @@ void HostCollector::CollectNuma(MetricFamily* nodes, MetricFamily* total, Metric
     }
     double v = 0;
     const std::string node = name.substr(4);
-    if (MeminfoBytes(text, "MemTotal", &v)) total->samples.push_back(FormatSample(total->name, {{"node", node}}, v));
-    if (MeminfoBytes(text, "MemFree", &v)) free->samples.push_back(FormatSample(free->name, {{"node", node}}, v));
+    if (MeminfoBytes(text, "MemTotal", &v))
+      total->samples.push_back(FormatSample(total->name, {{"node", node}}, v));
+    if (MeminfoBytes(text, "MemFree", &v))
+      free->samples.push_back(FormatSample(free->name, {{"node", node}}, v));
   }
   nodes->samples.push_back(FormatSample(nodes->name, {}, count));
 }
@@ -168,7 +175,8 @@ void HostCollector::CollectTemperatures(MetricFamily* temperature) {
       std::string type;
       ReadFile(thermal + "/" + zone + "/type", &type);
       temperature->samples.push_back(FormatSample(
-          temperature->name, {{"sensor", zone}, {"type", std::string(strings::Trim(type))}}, milli / 1000));
+          temperature->name, {{"sensor", zone}, {"type", std::string(strings::Trim(type))}},
+          milli / 1000));
     }
   } else {
     Skip(thermal, std::strerror(errno));
@@ -191,7 +199,8 @@ void HostCollector::CollectTemperatures(MetricFamily* temperature) {
       }
       const std::string sensor = chip + "/" + input.substr(0, input.size() - 6);
       temperature->samples.push_back(FormatSample(
-          temperature->name, {{"sensor", sensor}, {"type", std::string(strings::Trim(chip_name))}}, milli / 1000));
+          temperature->name, {{"sensor", sensor}, {"type", std::string(strings::Trim(chip_name))}},
+          milli / 1000));
     }
   }
 }
@@ -202,14 +211,20 @@ void HostCollector::CollectNetwork(std::vector<MetricFamily>* out) {
     MetricFamily family;
   };
   std::vector<Counter> counters = {
-      {"statistics/rx_bytes", Family("choir_host_network_receive_bytes_total", "counter", "Bytes received per interface.")},
-      {"statistics/tx_bytes", Family("choir_host_network_transmit_bytes_total", "counter", "Bytes sent per interface.")},
-      {"statistics/rx_errors", Family("choir_host_network_receive_errors_total", "counter", "Receive errors per interface.")},
-      {"statistics/tx_errors", Family("choir_host_network_transmit_errors_total", "counter", "Transmit errors per interface.")},
-      {"statistics/rx_dropped", Family("choir_host_network_receive_drops_total", "counter", "Received packets dropped per interface.")},
+      {"statistics/rx_bytes", Family("choir_host_network_receive_bytes_total", "counter",
+                                     "Bytes received per interface.")},
+      {"statistics/tx_bytes",
+       Family("choir_host_network_transmit_bytes_total", "counter", "Bytes sent per interface.")},
+      {"statistics/rx_errors", Family("choir_host_network_receive_errors_total", "counter",
+                                      "Receive errors per interface.")},
+      {"statistics/tx_errors", Family("choir_host_network_transmit_errors_total", "counter",
+                                      "Transmit errors per interface.")},
+      {"statistics/rx_dropped", Family("choir_host_network_receive_drops_total", "counter",
+                                       "Received packets dropped per interface.")},
       {"mtu", Family("choir_host_network_mtu_bytes", "gauge", "MTU per interface.")},
   };
-  MetricFamily up = Family("choir_host_network_up", "gauge", "1 when the interface is administratively up (IFF_UP), else 0.");
+  MetricFamily up = Family("choir_host_network_up", "gauge",
+                           "1 when the interface is administratively up (IFF_UP), else 0.");
   const std::string dir = paths_.sys + "/class/net";
   std::vector<std::string> names;
   if (!ListDir(dir, "", &names)) {
@@ -240,29 +255,37 @@ void HostCollector::CollectNetwork(std::vector<MetricFamily>* out) {
 
 std::vector<MetricFamily> HostCollector::Collect() {
   std::vector<MetricFamily> out;
-  MetricFamily cpu = Family("choir_host_cpu_seconds_total", "counter", "CPU time per core and mode (rate() gives utilisation).");
+  MetricFamily cpu = Family("choir_host_cpu_seconds_total", "counter",
+                            "CPU time per core and mode (rate() gives utilisation).");
   CollectCpu(&cpu);
   out.push_back(std::move(cpu));
-  MetricFamily total = Family("choir_host_memory_total_bytes", "gauge", "Physical memory (MemTotal).");
-  MetricFamily available = Family("choir_host_memory_available_bytes", "gauge", "Memory available for new work (MemAvailable).");
+  MetricFamily total =
+      Family("choir_host_memory_total_bytes", "gauge", "Physical memory (MemTotal).");
+  MetricFamily available = Family("choir_host_memory_available_bytes", "gauge",
+                                  "Memory available for new work (MemAvailable).");
   MetricFamily free = Family("choir_host_memory_free_bytes", "gauge", "Unused memory (MemFree).");
   CollectMemory(&total, &available, &free);
   out.push_back(std::move(total));
   out.push_back(std::move(available));
   out.push_back(std::move(free));
-  MetricFamily shm_size = Family("choir_host_shm_size_bytes", "gauge", "Size of the /dev/shm file system (choir's shared-memory transport lives there).");
+  MetricFamily shm_size =
+      Family("choir_host_shm_size_bytes", "gauge",
+             "Size of the /dev/shm file system (choir's shared-memory transport lives there).");
   MetricFamily shm_free = Family("choir_host_shm_free_bytes", "gauge", "Free space in /dev/shm.");
   CollectShm(&shm_size, &shm_free);
   out.push_back(std::move(shm_size));
   out.push_back(std::move(shm_free));
   MetricFamily nodes = Family("choir_host_numa_nodes", "gauge", "NUMA nodes of the host.");
-  MetricFamily numa_total = Family("choir_host_numa_memory_total_bytes", "gauge", "Memory per NUMA node.");
-  MetricFamily numa_free = Family("choir_host_numa_memory_free_bytes", "gauge", "Free memory per NUMA node.");
+  MetricFamily numa_total =
+      Family("choir_host_numa_memory_total_bytes", "gauge", "Memory per NUMA node.");
+  MetricFamily numa_free =
+      Family("choir_host_numa_memory_free_bytes", "gauge", "Free memory per NUMA node.");
   CollectNuma(&nodes, &numa_total, &numa_free);
   out.push_back(std::move(nodes));
   out.push_back(std::move(numa_total));
   out.push_back(std::move(numa_free));
-  MetricFamily temperature = Family("choir_host_temperature_celsius", "gauge", "Temperature per sensor (thermal zones and hwmon).");
+  MetricFamily temperature = Family("choir_host_temperature_celsius", "gauge",
+                                    "Temperature per sensor (thermal zones and hwmon).");
   CollectTemperatures(&temperature);
   out.push_back(std::move(temperature));
   CollectNetwork(&out);

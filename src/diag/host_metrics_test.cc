@@ -40,13 +40,19 @@ std::string Render(std::vector<MetricFamily> families) {
   return set.Render();
 }
 
-bool Has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+bool Has(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
 
 TEST(HostMetricsTest, ReadsEverySourceFromAFakeTree) {
   FakeRoot root;
-  root.Write("proc/stat", "cpu  10 0 5 100 0 0 0 0 0 0\ncpu0 200 0 100 1000 3 0 1 0 0 0\ncpu1 5 0 5 5 0 0 0 0\nintr 1\n");
-  root.Write("proc/meminfo", "MemTotal:       1000 kB\nMemFree:         200 kB\nMemAvailable:    600 kB\n");
-  root.Write("sys/devices/system/node/node0/meminfo", "Node 0 MemTotal:  800 kB\nNode 0 MemFree:   100 kB\n");
+  root.Write("proc/stat",
+             "cpu  10 0 5 100 0 0 0 0 0 0\ncpu0 200 0 100 1000 3 0 1 0 0 0\ncpu1 5 0 5 5 0 0 0 "
+             "0\nintr 1\n");
+  root.Write("proc/meminfo",
+             "MemTotal:       1000 kB\nMemFree:         200 kB\nMemAvailable:    600 kB\n");
+  root.Write("sys/devices/system/node/node0/meminfo",
+             "Node 0 MemTotal:  800 kB\nNode 0 MemFree:   100 kB\n");
   root.Write("sys/devices/system/node/possible", "0\n");
   root.Write("sys/class/thermal/thermal_zone0/temp", "51500\n");
   root.Write("sys/class/thermal/thermal_zone0/type", "acpitz\n");
@@ -63,15 +69,19 @@ TEST(HostMetricsTest, ReadsEverySourceFromAFakeTree) {
   HostCollector c({root.dir() + "/proc", root.dir() + "/sys", root.dir() + "/shm"});
   const std::string text = Render(c.Collect());
   const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
-  EXPECT_TRUE(Has(text, "choir_host_cpu_seconds_total{cpu=\"0\",mode=\"user\"} " + FormatSample("", {}, 200 / tick).substr(1))) << text;
+  EXPECT_TRUE(Has(text, "choir_host_cpu_seconds_total{cpu=\"0\",mode=\"user\"} " +
+                            FormatSample("", {}, 200 / tick).substr(1)))
+      << text;
   EXPECT_TRUE(Has(text, "choir_host_cpu_seconds_total{cpu=\"1\",mode=\"idle\"}"));
   EXPECT_FALSE(Has(text, "cpu=\"\""));  // the aggregate line is not a core
   EXPECT_TRUE(Has(text, "choir_host_memory_total_bytes 1024000\n"));
   EXPECT_TRUE(Has(text, "choir_host_memory_available_bytes 614400\n"));
   EXPECT_TRUE(Has(text, "choir_host_numa_nodes 1\n"));
   EXPECT_TRUE(Has(text, "choir_host_numa_memory_total_bytes{node=\"0\"} 819200\n"));
-  EXPECT_TRUE(Has(text, "choir_host_temperature_celsius{sensor=\"thermal_zone0\",type=\"acpitz\"} 51.5\n"));
-  EXPECT_TRUE(Has(text, "choir_host_temperature_celsius{sensor=\"hwmon3/temp2\",type=\"k10temp\"} 60\n"));
+  EXPECT_TRUE(
+      Has(text, "choir_host_temperature_celsius{sensor=\"thermal_zone0\",type=\"acpitz\"} 51.5\n"));
+  EXPECT_TRUE(
+      Has(text, "choir_host_temperature_celsius{sensor=\"hwmon3/temp2\",type=\"k10temp\"} 60\n"));
   EXPECT_TRUE(Has(text, "choir_host_network_receive_bytes_total{device=\"eth9\"} 1234\n"));
   EXPECT_TRUE(Has(text, "choir_host_network_mtu_bytes{device=\"eth9\"} 9000\n"));
   EXPECT_TRUE(Has(text, "choir_host_network_up{device=\"eth9\"} 1\n"));
@@ -91,7 +101,8 @@ TEST(HostMetricsTest, UnreadableSourcesAreSkippedAndReportedOnce) {
   const std::string second = Render(c.Collect());
   EXPECT_EQ(c.Problems().size(), problems);  // the same sources are not reported again
   EXPECT_EQ(first, second);
-  EXPECT_TRUE(Has(first, "# TYPE choir_host_cpu_seconds_total counter\n"));  // families stay declared
+  EXPECT_TRUE(
+      Has(first, "# TYPE choir_host_cpu_seconds_total counter\n"));  // families stay declared
   EXPECT_FALSE(Has(first, "choir_host_temperature_celsius{"));
   EXPECT_FALSE(Has(first, "choir_host_network_mtu_bytes{"));
 }

@@ -56,7 +56,8 @@ Status EnsureMetricsEndpoint(const EndpointIdentity& identity) {
   std::lock_guard<std::mutex> lock(g_endpoint_mu);
   if (g_endpoint != nullptr) return Status::Ok();
   const int local_rank = static_cast<int>(params::GetInt(params::Id::kLocalRank));
-  CHOIR_ASSIGN_OR_RETURN(int port, ParseMetricsPort(params::GetString(params::Id::kMetricsPort), local_rank));
+  CHOIR_ASSIGN_OR_RETURN(int port,
+                         ParseMetricsPort(params::GetString(params::Id::kMetricsPort), local_rank));
   if (port < 0) return Status::Ok();
   const std::string addr = params::GetString(params::Id::kMetricsAddr);
   std::vector<HttpRoute> routes;
@@ -68,7 +69,8 @@ Status EnsureMetricsEndpoint(const EndpointIdentity& identity) {
                     }});
   auto server = HttpServer::Start(addr, port, std::move(routes), /*threads=*/1);
   if (!server.ok()) {
-    CHOIR_LOG(Warn, DIAG, "metrics endpoint off: {} (CHOIR_METRICS_PORT={}); the job runs on without it",
+    CHOIR_LOG(Warn, DIAG,
+              "metrics endpoint off: {} (CHOIR_METRICS_PORT={}); the job runs on without it",
               server.status().ToString(), params::GetString(params::Id::kMetricsPort));
     return Status::Ok();
   }
@@ -91,11 +93,13 @@ Status EnsureMetricsEndpoint(const EndpointIdentity& identity) {
     if (file.ok()) {
       endpoint->registry_file = *file;
     } else {
-      CHOIR_LOG(Warn, DIAG, "metrics endpoint not registered for `choir exporter`: {}", file.status().ToString());
+      CHOIR_LOG(Warn, DIAG, "metrics endpoint not registered for `choir exporter`: {}",
+                file.status().ToString());
     }
   }
-  CHOIR_LOG(Info, DIAG, "metrics on http://{}:{}/metrics{}", addr, endpoint->server->port(),
-            endpoint->registry_file.empty() ? "" : " (registered in " + endpoint->registry_file + ")");
+  CHOIR_LOG(
+      Info, DIAG, "metrics on http://{}:{}/metrics{}", addr, endpoint->server->port(),
+      endpoint->registry_file.empty() ? "" : " (registered in " + endpoint->registry_file + ")");
   g_endpoint = endpoint.release();
   std::atexit(StopAtExit);
   return Status::Ok();

@@ -7,7 +7,9 @@
 namespace choir::diag {
 namespace {
 
-bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':'; }
+bool IsNameStart(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
+}
 bool IsNameChar(char c) { return IsNameStart(c) || (c >= '0' && c <= '9'); }
 
 // Length of the metric name at the start of `line` (0 if none).
@@ -26,7 +28,8 @@ size_t SkipLabels(std::string_view line, size_t pos) {
     const size_t name = NameLength(line.substr(pos));
     if (name == 0) return std::string_view::npos;
     pos += name;
-    if (pos + 1 >= line.size() || line[pos] != '=' || line[pos + 1] != '"') return std::string_view::npos;
+    if (pos + 1 >= line.size() || line[pos] != '=' || line[pos + 1] != '"')
+      return std::string_view::npos;
     pos += 2;
     while (pos < line.size() && line[pos] != '"') pos += line[pos] == '\\' ? 2 : 1;
     if (pos >= line.size()) return std::string_view::npos;
@@ -109,7 +112,8 @@ Result<std::vector<MetricFamily>> ParsePrometheusText(std::string_view text) {
     size_t end = text.find('\n', pos);
     if (end == std::string_view::npos) {
       // The format ends every line with '\n': a missing one means a cut-off document.
-      return InvalidArgument(fmt::format("line {} has no end of line (document cut off?)", line_no + 1));
+      return InvalidArgument(
+          fmt::format("line {} has no end of line (document cut off?)", line_no + 1));
     }
     const std::string_view line = text.substr(pos, end - pos);
     pos = end + 1;
@@ -124,7 +128,8 @@ Result<std::vector<MetricFamily>> ParsePrometheusText(std::string_view text) {
       const size_t name_len = NameLength(rest);
       if (name_len == 0) return InvalidArgument(fmt::format("line {}: bad metric name", line_no));
       const std::string name(rest.substr(0, name_len));
-      const std::string value(rest.size() > name_len + 1 ? rest.substr(name_len + 1) : std::string_view());
+      const std::string value(rest.size() > name_len + 1 ? rest.substr(name_len + 1)
+                                                         : std::string_view());
       if (families.empty() || families.back().name != name) {
         families.push_back(MetricFamily{name, "untyped", "", {}});
       }

@@ -17,10 +17,17 @@ namespace choir::diag {
 using json = nlohmann::json;
 
 std::string RegistryEntryToJson(const RegistryEntry& e) {
-  return json{{"schema", kRegistrySchema}, {"pid", e.pid},         {"start_time", e.start_time},
-              {"job", e.job},              {"rank", e.rank},       {"size", e.size},
-              {"local_rank", e.local_rank}, {"host", e.host},      {"address", e.address},
-              {"port", e.port},            {"version", e.version}}
+  return json{{"schema", kRegistrySchema},
+              {"pid", e.pid},
+              {"start_time", e.start_time},
+              {"job", e.job},
+              {"rank", e.rank},
+              {"size", e.size},
+              {"local_rank", e.local_rank},
+              {"host", e.host},
+              {"address", e.address},
+              {"port", e.port},
+              {"version", e.version}}
       .dump();
 }
 
@@ -42,7 +49,8 @@ Result<RegistryEntry> ParseRegistryEntry(const std::string& text) {
     e.address = j.at("address").get<std::string>();
     e.port = j.at("port").get<int>();
     e.version = j.value("version", std::string());
-    if (e.pid <= 0 || e.port <= 0 || e.port > 65535) return InvalidArgument("pid or port out of range");
+    if (e.pid <= 0 || e.port <= 0 || e.port > 65535)
+      return InvalidArgument("pid or port out of range");
     return e;
   } catch (const json::exception& ex) {
     return InvalidArgument(std::string("missing or wrong field: ") + ex.what());
@@ -119,9 +127,10 @@ RegistryScan ScanRegistry(const std::string& dir, const std::string& proc_root) 
     entry->file = path;
     (RegistryEntryAlive(*entry, proc_root) ? scan.alive : scan.stale).push_back(std::move(*entry));
   }
-  std::sort(scan.alive.begin(), scan.alive.end(), [](const RegistryEntry& a, const RegistryEntry& b) {
-    return std::tie(a.job, a.rank, a.pid) < std::tie(b.job, b.rank, b.pid);
-  });
+  std::sort(scan.alive.begin(), scan.alive.end(),
+            [](const RegistryEntry& a, const RegistryEntry& b) {
+              return std::tie(a.job, a.rank, a.pid) < std::tie(b.job, b.rank, b.pid);
+            });
   return scan;
 }
 

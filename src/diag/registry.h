@@ -38,7 +38,7 @@ struct RegistryEntry {
   std::string address;  // what the endpoint is bound to
   int port = 0;
   std::string version;
-  std::string file;     // where it was read from (not serialized)
+  std::string file;  // where it was read from (not serialized)
 };
 
 std::string RegistryEntryToJson(const RegistryEntry& entry);
@@ -55,8 +55,8 @@ uint64_t ProcessStartTime(int pid, const std::string& proc_root = "/proc");
 bool RegistryEntryAlive(const RegistryEntry& entry, const std::string& proc_root = "/proc");
 
 struct RegistryScan {
-  std::vector<RegistryEntry> alive;   // sorted by (job, rank, pid)
-  std::vector<RegistryEntry> stale;   // pid gone or reused
+  std::vector<RegistryEntry> alive;     // sorted by (job, rank, pid)
+  std::vector<RegistryEntry> stale;     // pid gone or reused
   std::vector<std::string> unreadable;  // "file: reason"
 };
 // Reads every *.json in `dir`. A missing directory is an empty scan, not an error.

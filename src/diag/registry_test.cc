@@ -56,9 +56,14 @@ TEST(RegistryTest, ParseRejectsBadEntries) {
   EXPECT_FALSE(ParseRegistryEntry("").ok());
   EXPECT_FALSE(ParseRegistryEntry("[]").ok());
   EXPECT_FALSE(ParseRegistryEntry(R"({"schema":"choir.registry/1","pid":1})").ok());
-  EXPECT_FALSE(ParseRegistryEntry(R"({"schema":"choir.registry/1","pid":1,"address":"x","port":70000})").ok());
-  EXPECT_FALSE(ParseRegistryEntry(R"({"schema":"choir.registry/1","pid":"one","address":"x","port":1})").ok());
-  EXPECT_TRUE(ParseRegistryEntry(R"({"schema":"choir.registry/1","pid":1,"address":"x","port":1})").ok());
+  EXPECT_FALSE(
+      ParseRegistryEntry(R"({"schema":"choir.registry/1","pid":1,"address":"x","port":70000})")
+          .ok());
+  EXPECT_FALSE(
+      ParseRegistryEntry(R"({"schema":"choir.registry/1","pid":"one","address":"x","port":1})")
+          .ok());
+  EXPECT_TRUE(
+      ParseRegistryEntry(R"({"schema":"choir.registry/1","pid":1,"address":"x","port":1})").ok());
 }
 
 TEST(RegistryTest, UnwritableDirectoryIsAnError) {

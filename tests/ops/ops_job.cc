@@ -57,8 +57,11 @@ int main(int argc, char** argv) {
     }
     failed = std::move(*sub);
     // Expected to fail with E103 NullBuffer; the world communicator is unaffected.
-    const choir::Status s = failed->Allreduce(nullptr, nullptr, 1, choir::DataType::kFloat32, choir::ReduceOp::kSum).Wait();
-    std::printf("ops_job rank %d provoked %s\n", c.rank(), s.ok() ? "nothing" : s.ToString().c_str());
+    const choir::Status s =
+        failed->Allreduce(nullptr, nullptr, 1, choir::DataType::kFloat32, choir::ReduceOp::kSum)
+            .Wait();
+    std::printf("ops_job rank %d provoked %s\n", c.rank(),
+                s.ok() ? "nothing" : s.ToString().c_str());
   }
   std::vector<float> v(bytes / sizeof(float), 1.0f);
   // Rank 0 decides when to stop so every rank runs the same number of allreduces.
@@ -73,7 +76,8 @@ int main(int argc, char** argv) {
     }
     if (go == 0) break;
     if (c.rank() == straggler) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    s = c.Allreduce(v.data(), v.data(), v.size(), choir::DataType::kFloat32, choir::ReduceOp::kMax).Wait();
+    s = c.Allreduce(v.data(), v.data(), v.size(), choir::DataType::kFloat32, choir::ReduceOp::kMax)
+            .Wait();
     if (!s.ok()) {
       std::fprintf(stderr, "ops_job: %s\n", s.ToString().c_str());
       return 1;
@@ -81,6 +85,7 @@ int main(int argc, char** argv) {
     ++iterations;
     std::this_thread::sleep_for(std::chrono::milliseconds(3));
   }
-  std::printf("ops_job done rank %d iterations %lld\n", c.rank(), static_cast<long long>(iterations));
+  std::printf("ops_job done rank %d iterations %lld\n", c.rank(),
+              static_cast<long long>(iterations));
   return 0;
 }

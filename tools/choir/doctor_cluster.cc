@@ -12,6 +12,8 @@
 //    naming both sides.
 //
 // Thread-safety: runs on the main thread only.
+#include "doctor_cluster.h"
+
 #include <fmt/format.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -29,7 +31,6 @@
 #include "base/strings.h"
 #include "choir/choir.h"
 #include "diag/doctor.h"
-#include "doctor_cluster.h"
 #include "subcommand.h"
 
 extern char** environ;
@@ -40,10 +41,11 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // Settings that name this rank or host: they differ by design.
-const char* const kIdentitySettings[] = {"RANK", "LOCAL_RANK", "CHOIR_HOST_ID", "CHOIR_LISTEN_ADDR"};
+const char* const kIdentitySettings[] = {"RANK", "LOCAL_RANK", "CHOIR_HOST_ID",
+                                         "CHOIR_LISTEN_ADDR"};
 // Environment variables of the stacks that run on choir (their drift causes silent slowdowns).
-const char* const kEnvPrefixes[] = {"NCCL_", "HCCL_", "GLOO_", "OMP_", "MKL_", "KMP_", "TORCH_",
-                                    "PYTORCH_", "CUDA_", "ASCEND_", "UCX_"};
+const char* const kEnvPrefixes[] = {"NCCL_",  "HCCL_",    "GLOO_", "OMP_",    "MKL_", "KMP_",
+                                    "TORCH_", "PYTORCH_", "CUDA_", "ASCEND_", "UCX_"};
 const char* const kEnvNames[] = {"LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH"};
 
 std::string OsName() {
@@ -95,8 +97,10 @@ json Fingerprint(const std::string& host) {
     if (eq == std::string::npos) continue;
     const std::string name_part = kv.substr(0, eq);
     const bool relevant =
-        std::any_of(std::begin(kEnvPrefixes), std::end(kEnvPrefixes), [&](const char* p) { return strings::StartsWith(name_part, p); }) ||
-        std::any_of(std::begin(kEnvNames), std::end(kEnvNames), [&](const char* n) { return name_part == n; });
+        std::any_of(std::begin(kEnvPrefixes), std::end(kEnvPrefixes),
+                    [&](const char* p) { return strings::StartsWith(name_part, p); }) ||
+        std::any_of(std::begin(kEnvNames), std::end(kEnvNames),
+                    [&](const char* n) { return name_part == n; });
     if (relevant) f["env." + name_part] = kv.substr(eq + 1);
   }
   return f;
@@ -107,7 +111,8 @@ struct Difference {
   std::vector<std::pair<std::string, std::vector<std::string>>> sides;  // value -> hosts
 };
 
-std::vector<Difference> Diff(const std::vector<json>& prints, const std::vector<std::string>& hosts) {
+std::vector<Difference> Diff(const std::vector<json>& prints,
+                             const std::vector<std::string>& hosts) {
   std::vector<std::string> keys;
   for (const json& p : prints) {
     for (const auto& [k, v] : p.items()) {
@@ -119,10 +124,12 @@ std::vector<Difference> Diff(const std::vector<json>& prints, const std::vector<
   for (const std::string& key : keys) {
     std::vector<std::pair<std::string, std::vector<std::string>>> sides;
     for (size_t i = 0; i < prints.size(); ++i) {
-      const std::string value = prints[i].contains(key)
-                                    ? (prints[i][key].is_string() ? prints[i][key].get<std::string>() : prints[i][key].dump())
-                                    : "<unset>";
-      auto it = std::find_if(sides.begin(), sides.end(), [&](const auto& s) { return s.first == value; });
+      const std::string value =
+          prints[i].contains(key) ? (prints[i][key].is_string() ? prints[i][key].get<std::string>()
+                                                                : prints[i][key].dump())
+                                  : "<unset>";
+      auto it =
+          std::find_if(sides.begin(), sides.end(), [&](const auto& s) { return s.first == value; });
       if (it == sides.end()) {
         sides.push_back({value, {hosts[i]}});
       } else {
@@ -130,7 +137,9 @@ std::vector<Difference> Diff(const std::vector<json>& prints, const std::vector<
       }
     }
     if (sides.size() < 2) continue;
-    std::stable_sort(sides.begin(), sides.end(), [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+    std::stable_sort(sides.begin(), sides.end(), [](const auto& a, const auto& b) {
+      return a.second.size() > b.second.size();
+    });
     out.push_back({key, std::move(sides)});
   }
   return out;
@@ -143,7 +152,8 @@ std::string Join(const std::vector<std::string>& v) {
 }
 
 // Ping-pong between `a` and `b`: seconds per round trip of `bytes` each way.
-Result<double> PingPong(Communicator& comm, int a, int b, std::vector<char>& buf, size_t bytes, int iters, int tag) {
+Result<double> PingPong(Communicator& comm, int a, int b, std::vector<char>& buf, size_t bytes,
+                        int iters, int tag) {
   CallOptions call;
   call.timeout = std::chrono::milliseconds(60000);
   const bool first = comm.rank() == a;
@@ -171,9 +181,10 @@ int RunDoctorCluster(const ClusterOptions& options) {
   co.host_id = options.host_id;
   auto created = Communicator::FromEnvironment(co);
   if (!created.ok()) {
-    return ReportError(created.status().WithContext(
-        "choir doctor --cluster runs one rank per host under `choir run` (e.g. choir run --nnodes N "
-        "--nproc-per-node 1 ... choir doctor --cluster)"));
+    return ReportError(
+        created.status().WithContext("choir doctor --cluster runs one rank per host under `choir "
+                                     "run` (e.g. choir run --nnodes N "
+                                     "--nproc-per-node 1 ... choir doctor --cluster)"));
   }
   Communicator& comm = **created;
   const int n = comm.size();
@@ -215,24 +226,34 @@ int RunDoctorCluster(const ClusterOptions& options) {
   }
 
   // 2. Latency and bandwidth per pair, in a fixed order on every rank.
-  std::vector<double> latency(static_cast<size_t>(n * n), 0), bandwidth(static_cast<size_t>(n * n), 0);
+  std::vector<double> latency(static_cast<size_t>(n * n), 0),
+      bandwidth(static_cast<size_t>(n * n), 0);
   std::vector<char> buf(options.bytes);
   int tag = 1000;
   for (int a = 0; a < n; ++a) {
     for (int b = a + 1; b < n; ++b, tag += 2) {
       if (rank != a && rank != b) continue;
       auto small = PingPong(comm, a, b, buf, 8, 20, tag);
-      if (!small.ok()) return ReportError(small.status().WithContext(fmt::format("latency {} <-> {}", hosts[a], hosts[b])));
+      if (!small.ok())
+        return ReportError(
+            small.status().WithContext(fmt::format("latency {} <-> {}", hosts[a], hosts[b])));
       auto big = PingPong(comm, a, b, buf, options.bytes, options.iters, tag + 1);
-      if (!big.ok()) return ReportError(big.status().WithContext(fmt::format("bandwidth {} <-> {}", hosts[a], hosts[b])));
+      if (!big.ok())
+        return ReportError(
+            big.status().WithContext(fmt::format("bandwidth {} <-> {}", hosts[a], hosts[b])));
       if (rank == a) {
         latency[static_cast<size_t>(a * n + b)] = *small / 2;
         bandwidth[static_cast<size_t>(a * n + b)] = 2.0 * static_cast<double>(options.bytes) / *big;
       }
     }
   }
-  s = comm.Allreduce(latency.data(), latency.data(), latency.size(), DataType::kFloat64, ReduceOp::kSum).Wait();
-  if (s.ok()) s = comm.Allreduce(bandwidth.data(), bandwidth.data(), bandwidth.size(), DataType::kFloat64, ReduceOp::kSum).Wait();
+  s = comm.Allreduce(latency.data(), latency.data(), latency.size(), DataType::kFloat64,
+                     ReduceOp::kSum)
+          .Wait();
+  if (s.ok())
+    s = comm.Allreduce(bandwidth.data(), bandwidth.data(), bandwidth.size(), DataType::kFloat64,
+                       ReduceOp::kSum)
+            .Wait();
   if (!s.ok()) return ReportError(s.WithContext("collecting the link matrix"));
 
   std::vector<double> all_bw;
@@ -254,7 +275,8 @@ int RunDoctorCluster(const ClusterOptions& options) {
       json d = json::array();
       for (const Difference& diff : diffs) {
         json sides = json::array();
-        for (const auto& [value, on] : diff.sides) sides.push_back({{"value", value}, {"hosts", on}});
+        for (const auto& [value, on] : diff.sides)
+          sides.push_back({{"value", value}, {"hosts", on}});
         d.push_back({{"key", diff.key}, {"sides", sides}});
       }
       out["differences"] = d;
@@ -262,8 +284,11 @@ int RunDoctorCluster(const ClusterOptions& options) {
       for (int a = 0; a < n; ++a) {
         for (int b = a + 1; b < n; ++b) {
           const double bw = bandwidth[static_cast<size_t>(a * n + b)];
-          links.push_back({{"a", hosts[a]}, {"b", hosts[b]}, {"latency_seconds", latency[static_cast<size_t>(a * n + b)]},
-                           {"bandwidth_bytes_per_second", bw}, {"status", bw < options.slow_ratio * median ? "SLOW" : "ok"}});
+          links.push_back({{"a", hosts[a]},
+                           {"b", hosts[b]},
+                           {"latency_seconds", latency[static_cast<size_t>(a * n + b)]},
+                           {"bandwidth_bytes_per_second", bw},
+                           {"status", bw < options.slow_ratio * median ? "SLOW" : "ok"}});
         }
       }
       out["links"] = links;
@@ -272,26 +297,32 @@ int RunDoctorCluster(const ClusterOptions& options) {
     } else {
       fmt::print("choir doctor --cluster: {} hosts: {}\n", n, Join(hosts));
       if (diffs.empty()) {
-        fmt::print("fingerprints: all {} keys equal on every host\n", prints.empty() ? 0 : prints[0].size() - 1);
+        fmt::print("fingerprints: all {} keys equal on every host\n",
+                   prints.empty() ? 0 : prints[0].size() - 1);
       } else {
         fmt::print("fingerprints: {} key{} differ{}\n", diffs.size(), diffs.size() == 1 ? "" : "s",
                    diffs.size() == 1 ? "s" : "");
         for (const Difference& diff : diffs) {
           std::string line = "DIFF " + diff.key + ":";
           for (size_t i = 0; i < diff.sides.size(); ++i) {
-            line += fmt::format("{} '{}' on {}", i == 0 ? "" : " |", diff.sides[i].first, Join(diff.sides[i].second));
+            line += fmt::format("{} '{}' on {}", i == 0 ? "" : " |", diff.sides[i].first,
+                                Join(diff.sides[i].second));
           }
           fmt::print("{}\n", line);
         }
       }
       if (n > 1) {
-        fmt::print("links (ping-pong; latency one way, bandwidth both ways, {} messages):\n", strings::FormatBytes(options.bytes));
+        fmt::print("links (ping-pong; latency one way, bandwidth both ways, {} messages):\n",
+                   strings::FormatBytes(options.bytes));
         for (int a = 0; a < n; ++a) {
           for (int b = a + 1; b < n; ++b) {
             const double bw = bandwidth[static_cast<size_t>(a * n + b)];
-            fmt::print("  {} <-> {}: reachable, latency {:.1f} us, bandwidth {:.3f} GB/s{}\n", hosts[a], hosts[b],
-                       latency[static_cast<size_t>(a * n + b)] * 1e6, bw / 1e9,
-                       bw < options.slow_ratio * median ? fmt::format("  SLOW (< {:.0f}% of the median {:.3f} GB/s)", options.slow_ratio * 100, median / 1e9) : "");
+            fmt::print("  {} <-> {}: reachable, latency {:.1f} us, bandwidth {:.3f} GB/s{}\n",
+                       hosts[a], hosts[b], latency[static_cast<size_t>(a * n + b)] * 1e6, bw / 1e9,
+                       bw < options.slow_ratio * median
+                           ? fmt::format("  SLOW (< {:.0f}% of the median {:.3f} GB/s)",
+                                         options.slow_ratio * 100, median / 1e9)
+                           : "");
           }
         }
       }
@@ -303,11 +334,12 @@ int RunDoctorCluster(const ClusterOptions& options) {
   comm.Barrier().Wait().IgnoreError();
   if (diffs.empty() && outliers == 0) return kExitOk;
   if (rank != 0) return kExitFailure;
-  return ReportError(Status(Code::kClusterMismatch,
-                            fmt::format("{} fingerprint key{} differ between hosts, {} link{} {} slower than half "
-                                        "the median; see the DIFF and SLOW lines above",
-                                        diffs.size(), diffs.size() == 1 ? "" : "s", outliers,
-                                        outliers == 1 ? "" : "s", outliers == 1 ? "is" : "are")));
+  return ReportError(
+      Status(Code::kClusterMismatch,
+             fmt::format("{} fingerprint key{} differ between hosts, {} link{} {} slower than half "
+                         "the median; see the DIFF and SLOW lines above",
+                         diffs.size(), diffs.size() == 1 ? "" : "s", outliers,
+                         outliers == 1 ? "" : "s", outliers == 1 ? "is" : "are")));
 }
 
 }  // namespace choir::cli

@@ -16,7 +16,7 @@ struct ClusterOptions {
   int iters = 5;             // timed round trips per pair
   double slow_ratio = 0.5;   // a pair below this fraction of the median bandwidth is an outlier
   bool json = false;
-  std::string host_id;       // overrides this rank's host id ("" = CHOIR_HOST_ID or detected)
+  std::string host_id;  // overrides this rank's host id ("" = CHOIR_HOST_ID or detected)
 };
 
 // Runs on every rank (one per host) under `choir run`; rank 0 prints. Returns

@@ -35,29 +35,42 @@ class DoctorCommand : public Subcommand {
  public:
   void Configure(CLI::App& app) override {
     app_ = &app;
-    app.add_flag("--json", json_, "Print the report as JSON (schema choir.doctor/1, docs/operations.md)");
-    app.add_option("--report", report_dir_, "Also write the JSON report to DIR/choir-doctor-HOST-TIME.json");
-    app.add_option("--root", root_, "Read /proc, /sys, /etc and /dev/shm under DIR (tests, containers)");
-    app.add_option("--facts", facts_file_, "Judge saved facts (a --json report or facts object) instead of this host");
+    app.add_flag("--json", json_,
+                 "Print the report as JSON (schema choir.doctor/1, docs/operations.md)");
+    app.add_option("--report", report_dir_,
+                   "Also write the JSON report to DIR/choir-doctor-HOST-TIME.json");
+    app.add_option("--root", root_,
+                   "Read /proc, /sys, /etc and /dev/shm under DIR (tests, containers)");
+    app.add_option("--facts", facts_file_,
+                   "Judge saved facts (a --json report or facts object) instead of this host");
     app.add_option("--port", ports_, "Also check that this TCP port is free (repeatable)");
-    app.add_flag("--cluster", cluster_set_, "Compare every host of the job and measure links (run under `choir run`)");
-    app.add_option("--bytes", cluster_bytes_, "--cluster: message size of the bandwidth test (default 4M)");
-    app.add_option("--iters", cluster_.iters, "--cluster: timed round trips per host pair (default 5)");
-    app.add_option("--host-id", cluster_.host_id, "--cluster: this rank's host id (default CHOIR_HOST_ID or detected)");
+    app.add_flag("--cluster", cluster_set_,
+                 "Compare every host of the job and measure links (run under `choir run`)");
+    app.add_option("--bytes", cluster_bytes_,
+                   "--cluster: message size of the bandwidth test (default 4M)");
+    app.add_option("--iters", cluster_.iters,
+                   "--cluster: timed round trips per host pair (default 5)");
+    app.add_option("--host-id", cluster_.host_id,
+                   "--cluster: this rank's host id (default CHOIR_HOST_ID or detected)");
   }
 
   int Run() override {
     if (cluster_flag_()) return RunCluster();
-    if (!root_.empty() && !facts_file_.empty()) return ReportUsageError(*app_, "give --root or --facts, not both");
+    if (!root_.empty() && !facts_file_.empty())
+      return ReportUsageError(*app_, "give --root or --facts, not both");
     for (int p : ports_) {
-      if (p < 1 || p > 65535) return ReportUsageError(*app_, fmt::format("--port {} is outside 1..65535", p));
+      if (p < 1 || p > 65535)
+        return ReportUsageError(*app_, fmt::format("--port {} is outside 1..65535", p));
     }
     json facts;
     if (!facts_file_.empty()) {
       std::ifstream in(facts_file_);
       facts = json::parse(in, nullptr, /*allow_exceptions=*/false);
       if (!in.is_open() || facts.is_discarded() || !facts.is_object()) {
-        return ReportUsageError(*app_, "--facts " + facts_file_ + " is not a readable JSON object (a `choir doctor --json` report or its \"facts\")");
+        return ReportUsageError(
+            *app_,
+            "--facts " + facts_file_ +
+                " is not a readable JSON object (a `choir doctor --json` report or its \"facts\")");
       }
       if (facts.contains("facts") && facts["facts"].is_object()) facts = json(facts["facts"]);
     } else {
@@ -88,8 +101,9 @@ class DoctorCommand : public Subcommand {
     for (const diag::CheckResult& c : checks) {
       if (c.verdict == diag::Verdict::kFail) names += (names.empty() ? "" : ", ") + c.id;
     }
-    return ReportError(Status(Code::kHostCheckFailed,
-                              fmt::format("{} check{} failed on this host: {}", failed, failed == 1 ? "" : "s", names)));
+    return ReportError(Status(
+        Code::kHostCheckFailed,
+        fmt::format("{} check{} failed on this host: {}", failed, failed == 1 ? "" : "s", names)));
   }
 
  private:
@@ -97,10 +111,13 @@ class DoctorCommand : public Subcommand {
 
   int RunCluster() {
     const auto bytes = strings::ParseBytes(cluster_bytes_);
-    if (!bytes || *bytes < 8 || *bytes > (1ull << 30)) return ReportUsageError(*app_, "--bytes must be a size in 8..1G");
-    if (cluster_.iters < 1 || cluster_.iters > 1000) return ReportUsageError(*app_, "--iters must be in 1..1000");
+    if (!bytes || *bytes < 8 || *bytes > (1ull << 30))
+      return ReportUsageError(*app_, "--bytes must be a size in 8..1G");
+    if (cluster_.iters < 1 || cluster_.iters > 1000)
+      return ReportUsageError(*app_, "--iters must be in 1..1000");
     if (!report_dir_.empty() || !facts_file_.empty() || !root_.empty()) {
-      return ReportUsageError(*app_, "--cluster cannot be combined with --report, --facts or --root");
+      return ReportUsageError(*app_,
+                              "--cluster cannot be combined with --report, --facts or --root");
     }
     cluster_.bytes = *bytes;
     cluster_.json = json_;
@@ -108,7 +125,8 @@ class DoctorCommand : public Subcommand {
   }
 
   static void PrintText(const json& report, const std::vector<diag::CheckResult>& checks) {
-    fmt::print("choir doctor: host {}, {}\n", report["host"].get<std::string>(), report["time"].get<std::string>());
+    fmt::print("choir doctor: host {}, {}\n", report["host"].get<std::string>(),
+               report["time"].get<std::string>());
     size_t width = 0;
     for (const diag::CheckResult& c : checks) width = std::max(width, c.title.size());
     for (const diag::CheckResult& c : checks) {
@@ -133,7 +151,9 @@ class DoctorCommand : public Subcommand {
     std::ofstream out(path);
     out << report.dump(2) << "\n";
     out.close();
-    if (!out) return Status(Code::kSystemError, "cannot write the doctor report " + path + " (does --report name a writable directory?)");
+    if (!out)
+      return Status(Code::kSystemError, "cannot write the doctor report " + path +
+                                            " (does --report name a writable directory?)");
     fmt::print(stderr, "choir doctor: report written to {}\n", path);
     return Status::Ok();
   }
@@ -149,7 +169,8 @@ class DoctorCommand : public Subcommand {
 
 }  // namespace
 
-CHOIR_REGISTER_SUBCOMMAND(DoctorCommand, "doctor",
-                          "Check this host (or, with --cluster, every host of a job); explain errors and settings.");
+CHOIR_REGISTER_SUBCOMMAND(
+    DoctorCommand, "doctor",
+    "Check this host (or, with --cluster, every host of a job); explain errors and settings.");
 
 }  // namespace choir::cli

@@ -13,6 +13,8 @@
 //
 // Thread-safety: the main thread waits for a signal; HTTP worker threads
 // render scrapes (diag::Exporter is thread-safe).
+#include "diag/exporter.h"
+
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -20,7 +22,6 @@
 #include <string>
 
 #include "base/socket.h"
-#include "diag/exporter.h"
 #include "diag/http.h"
 #include "subcommand.h"
 
@@ -33,13 +34,19 @@ class ExporterCommand : public Subcommand {
  public:
   void Configure(CLI::App& app) override {
     app_ = &app;
-    app.add_option("--listen", listen_, fmt::format("host:port to serve /metrics on (default {}; port 0 = any)", kDefaultListen));
-    app.add_option("--registry", registry_, "Directory where choir processes register (default: CHOIR_METRICS_REGISTRY)");
+    app.add_option(
+        "--listen", listen_,
+        fmt::format("host:port to serve /metrics on (default {}; port 0 = any)", kDefaultListen));
+    app.add_option("--registry", registry_,
+                   "Directory where choir processes register (default: CHOIR_METRICS_REGISTRY)");
     app.add_flag("--once", once_, "Print one scrape to stdout and exit");
-    app.add_option("--proc-root", paths_.proc, "Where /proc is (default /proc; for containers and tests)");
+    app.add_option("--proc-root", paths_.proc,
+                   "Where /proc is (default /proc; for containers and tests)");
     app.add_option("--sys-root", paths_.sys, "Where /sys is (default /sys)");
-    app.add_option("--shm-path", paths_.shm, "The shared-memory file system to report (default /dev/shm)");
-    app.add_option("--target-timeout", target_timeout_, "Seconds to wait for each choir process (default 2)");
+    app.add_option("--shm-path", paths_.shm,
+                   "The shared-memory file system to report (default /dev/shm)");
+    app.add_option("--target-timeout", target_timeout_,
+                   "Seconds to wait for each choir process (default 2)");
     app.footer(
         "Ranks register when started with CHOIR_METRICS_PORT=auto (or a base port). "
         "Scrape this exporter with honor_labels: true so that the job label of choir's "
@@ -56,12 +63,15 @@ class ExporterCommand : public Subcommand {
       return ReportUsageError(*app_, "--listen '" + listen_ + "' is not host:port");
     }
     diag::ExporterOptions options;
-    options.registry_dir = registry_.empty() ? FindSetting("CHOIR_METRICS_REGISTRY").value_or(SettingInfo{}).value : registry_;
+    options.registry_dir = registry_.empty()
+                               ? FindSetting("CHOIR_METRICS_REGISTRY").value_or(SettingInfo{}).value
+                               : registry_;
     options.host = paths_;
     options.target_timeout_seconds = target_timeout_;
     diag::Exporter exporter(options);
     for (const std::string& line : exporter.devices().Describe()) {
-      if (line.find("loaded") == std::string::npos) fmt::print(stderr, "choir exporter: {}; device metrics from it are off\n", line);
+      if (line.find("loaded") == std::string::npos)
+        fmt::print(stderr, "choir exporter: {}; device metrics from it are off\n", line);
     }
     if (once_) {
       fmt::print("{}", exporter.Render());
@@ -83,13 +93,16 @@ class ExporterCommand : public Subcommand {
     routes.push_back({"/", [] {
                         diag::HttpReply reply;
                         reply.content_type = "text/html; charset=utf-8";
-                        reply.body = "<html><body><h1>choir exporter</h1><a href=\"/metrics\">/metrics</a></body></html>\n";
+                        reply.body =
+                            "<html><body><h1>choir exporter</h1><a "
+                            "href=\"/metrics\">/metrics</a></body></html>\n";
                         return reply;
                       }});
     auto server = diag::HttpServer::Start(host, port, std::move(routes), /*threads=*/4);
-    if (!server.ok()) return ReportError(server.status().WithContext("choir exporter --listen " + listen_));
-    fmt::print("choir exporter: serving http://{}:{}/metrics (registry {})\n", host, (*server)->port(),
-               options.registry_dir.empty() ? "off" : options.registry_dir);
+    if (!server.ok())
+      return ReportError(server.status().WithContext("choir exporter --listen " + listen_));
+    fmt::print("choir exporter: serving http://{}:{}/metrics (registry {})\n", host,
+               (*server)->port(), options.registry_dir.empty() ? "off" : options.registry_dir);
     std::fflush(stdout);
     int signal_number = 0;
     sigwait(&stop, &signal_number);
@@ -108,7 +121,8 @@ class ExporterCommand : public Subcommand {
 
 }  // namespace
 
-CHOIR_REGISTER_SUBCOMMAND(ExporterCommand, "exporter",
-                          "Serve host, device and choir-process metrics for Prometheus on /metrics");
+CHOIR_REGISTER_SUBCOMMAND(
+    ExporterCommand, "exporter",
+    "Serve host, device and choir-process metrics for Prometheus on /metrics");
 
 }  // namespace choir::cli

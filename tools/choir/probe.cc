@@ -43,11 +43,15 @@ class Watchdog {
   Watchdog(double seconds, const std::atomic<const char*>* stage)
       : thread_([this, seconds, stage] {
           std::unique_lock<std::mutex> lock(mu_);
-          if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return disarmed_; })) return;
-          fmt::print(stderr, "choir probe: {}\n",
-                     Status(Code::kProbeFailed, fmt::format("did not finish within the {:.3g} s deadline (stuck in: {})",
-                                                            seconds, stage->load()))
-                         .ToString());
+          if (cv_.wait_for(lock, std::chrono::duration<double>(seconds),
+                           [this] { return disarmed_; }))
+            return;
+          fmt::print(
+              stderr, "choir probe: {}\n",
+              Status(Code::kProbeFailed,
+                     fmt::format("did not finish within the {:.3g} s deadline (stuck in: {})",
+                                 seconds, stage->load()))
+                  .ToString());
           std::fflush(stderr);
           _exit(kExitFailure);
         }) {}
@@ -76,7 +80,8 @@ Status ProbeTransport(const std::string& transport, size_t count, double deadlin
   co.name = "probe-" + transport;
   co.job_id = fmt::format("choir-probe-{}", getpid());
   co.host_id = "choir-probe";  // both ranks on one host: shm is allowed
-  co.timeout = std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(deadline_s * 1000)));
+  co.timeout =
+      std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(deadline_s * 1000)));
   Status results[2];
   auto rank_main = [&](int rank) {
     auto comm = Communicator::Create(store, rank, 2, co);
@@ -85,14 +90,19 @@ Status ProbeTransport(const std::string& transport, size_t count, double deadlin
       return;
     }
     std::vector<float> v(count, static_cast<float>(rank + 1));
-    Status s = (*comm)->Allreduce(v.data(), v.data(), count, DataType::kFloat32, ReduceOp::kSum).Wait();
+    Status s =
+        (*comm)->Allreduce(v.data(), v.data(), count, DataType::kFloat32, ReduceOp::kSum).Wait();
     for (size_t i = 0; s.ok() && i < count; ++i) {
-      if (v[i] != 3.0f) s = Status(Code::kInternal, fmt::format("allreduce gave {} at element {}, expected 3", v[i], i));
+      if (v[i] != 3.0f)
+        s = Status(Code::kInternal,
+                   fmt::format("allreduce gave {} at element {}, expected 3", v[i], i));
     }
     std::vector<int32_t> b(count, rank == 1 ? 7 : 0);
     if (s.ok()) s = (*comm)->Broadcast(b.data(), b.data(), count, DataType::kInt32, 1).Wait();
     for (size_t i = 0; s.ok() && i < count; ++i) {
-      if (b[i] != 7) s = Status(Code::kInternal, fmt::format("broadcast gave {} at element {}, expected 7", b[i], i));
+      if (b[i] != 7)
+        s = Status(Code::kInternal,
+                   fmt::format("broadcast gave {} at element {}, expected 7", b[i], i));
     }
     results[rank] = s;
   };
@@ -114,14 +124,20 @@ Result<std::string> ProbeJob(const std::string& job, const std::string& registry
     const std::string host = e.address == "0.0.0.0" ? "127.0.0.1" : e.address;
     auto r = diag::HttpGet(host, e.port, "/metrics", timeout);
     if (!r.ok() || r->status != 200) {
-      return Status(Code::kProbeFailed, fmt::format("job {}: rank {} (pid {}) does not answer on {}:{}: {}", job, e.rank,
-                                                    e.pid, host, e.port, r.ok() ? "HTTP " + std::to_string(r->status) : r.status().ToString()));
+      return Status(
+          Code::kProbeFailed,
+          fmt::format("job {}: rank {} (pid {}) does not answer on {}:{}: {}", job, e.rank, e.pid,
+                      host, e.port,
+                      r.ok() ? "HTTP " + std::to_string(r->status) : r.status().ToString()));
     }
     ++answering;
   }
   if (registered == 0) {
-    return Status(Code::kProbeFailed, fmt::format("job {}: no live process registered in {} (is it running with CHOIR_METRICS_PORT set?)",
-                                                  job, registry));
+    return Status(
+        Code::kProbeFailed,
+        fmt::format(
+            "job {}: no live process registered in {} (is it running with CHOIR_METRICS_PORT set?)",
+            job, registry));
   }
   return fmt::format("job {}: {} process{} answering", job, answering, answering == 1 ? "" : "es");
 }
@@ -131,24 +147,32 @@ class ProbeCommand : public Subcommand {
   void Configure(CLI::App& app) override {
     app_ = &app;
     app.add_option("--deadline", deadline_, "Seconds for the whole probe (default 10)");
-    app.add_option("--transport", transports_, "Comma-separated transports to exercise: shm,tcp (default both)");
+    app.add_option("--transport", transports_,
+                   "Comma-separated transports to exercise: shm,tcp (default both)");
     app.add_option("--bytes", bytes_, "Message size per collective (default 64K)");
     app.add_option("--job", job_, "Also require every registered process of this job id to answer");
-    app.add_option("--registry", registry_, "Registry directory for --job (default CHOIR_METRICS_REGISTRY)");
-    app.footer("Exit 0: healthy (one OK line). Exit 1: unhealthy, one line with the error code and reason. Exit 2: bad flags.");
+    app.add_option("--registry", registry_,
+                   "Registry directory for --job (default CHOIR_METRICS_REGISTRY)");
+    app.footer(
+        "Exit 0: healthy (one OK line). Exit 1: unhealthy, one line with the error code and "
+        "reason. Exit 2: bad flags.");
   }
 
   int Run() override {
-    if (!(deadline_ > 0 && deadline_ <= 3600)) return ReportUsageError(*app_, "--deadline must be in (0, 3600] seconds");
+    if (!(deadline_ > 0 && deadline_ <= 3600))
+      return ReportUsageError(*app_, "--deadline must be in (0, 3600] seconds");
     const auto bytes = strings::ParseBytes(bytes_);
-    if (!bytes || *bytes < 4 || *bytes > (64u << 20)) return ReportUsageError(*app_, "--bytes must be a size in 4..64M");
+    if (!bytes || *bytes < 4 || *bytes > (64u << 20))
+      return ReportUsageError(*app_, "--bytes must be a size in 4..64M");
     const std::vector<std::string> transports = strings::Split(transports_, ',');
     for (const std::string& t : transports) {
-      if (t != "shm" && t != "tcp") return ReportUsageError(*app_, "--transport takes shm, tcp or shm,tcp; got '" + t + "'");
+      if (t != "shm" && t != "tcp")
+        return ReportUsageError(*app_, "--transport takes shm, tcp or shm,tcp; got '" + t + "'");
     }
     // The probe's own ranks must neither serve metrics nor register, and TCP stays on loopback.
-    for (const auto& [name, value] : {std::pair<const char*, const char*>{"CHOIR_METRICS_PORT", "0"},
-                                      {"CHOIR_LISTEN_ADDR", "127.0.0.1"}}) {
+    for (const auto& [name, value] :
+         {std::pair<const char*, const char*>{"CHOIR_METRICS_PORT", "0"},
+          {"CHOIR_LISTEN_ADDR", "127.0.0.1"}}) {
       if (Status s = SetSetting(name, value); !s.ok()) return Fail(s);
     }
     std::atomic<const char*> stage{"start"};
@@ -167,7 +191,9 @@ class ProbeCommand : public Subcommand {
     if (!job_.empty()) {
       stage = "scraping the job's metrics endpoints";
       const double left = deadline_ - static_cast<double>(NowNanos() - start) * 1e-9;
-      const std::string registry = registry_.empty() ? FindSetting("CHOIR_METRICS_REGISTRY").value_or(SettingInfo{}).value : registry_;
+      const std::string registry =
+          registry_.empty() ? FindSetting("CHOIR_METRICS_REGISTRY").value_or(SettingInfo{}).value
+                            : registry_;
       auto r = ProbeJob(job_, registry, std::max(0.1, left));
       if (!r.ok()) {
         watchdog.Disarm();
@@ -177,7 +203,8 @@ class ProbeCommand : public Subcommand {
     }
     watchdog.Disarm();
     fmt::print("choir probe: OK {} allreduce+broadcast, 2 ranks, {} in {:.1f} ms{}\n", transports_,
-               strings::FormatBytes(*bytes), static_cast<double>(NowNanos() - start) / 1e6, job_line);
+               strings::FormatBytes(*bytes), static_cast<double>(NowNanos() - start) / 1e6,
+               job_line);
     return kExitOk;
   }
 
@@ -199,7 +226,8 @@ class ProbeCommand : public Subcommand {
 
 }  // namespace
 
-CHOIR_REGISTER_SUBCOMMAND(ProbeCommand, "probe",
-                          "Liveness check: tiny collectives over shm and loopback TCP within a deadline");
+CHOIR_REGISTER_SUBCOMMAND(
+    ProbeCommand, "probe",
+    "Liveness check: tiny collectives over shm and loopback TCP within a deadline");
 
 }  // namespace choir::cli
