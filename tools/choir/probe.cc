@@ -175,7 +175,7 @@ class ProbeCommand : public Subcommand {
           {"CHOIR_LISTEN_ADDR", "127.0.0.1"}}) {
       if (Status s = SetSetting(name, value); !s.ok()) return Fail(s);
     }
-    std::atomic<const char*> stage{"start"};
+    std::atomic<const char*> stage{"starting the probe"};
     Watchdog watchdog(deadline_, &stage);
     const int64_t start = NowNanos();
     const size_t count = static_cast<size_t>(*bytes / 4);
