@@ -9,13 +9,13 @@ packages=(
   cmake ninja-build g++ pkg-config git
   # libraries choir links against
   libhwloc-dev nlohmann-json3-dev libcli11-dev libfmt-dev libssl-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
   # PyTorch backend (Debian's torch 1.13 for /usr/bin/python3)
   python3 python3-torch libtorch-dev pybind11-dev python3-pybind11 python3-pytest python3-numpy
   # peers for benchmarks/compare
   libopenmpi-dev openmpi-bin libmpich-dev mpich
   # multi-host test bed and operations tooling
-  iproute2 nftables iperf3 iputils-ping hwloc prometheus curl procps
+  iproute2 nftables iperf3 iputils-ping hwloc prometheus curl procps python3-yaml
 )
 
 missing=()

@@ -131,7 +131,20 @@
     "Check the program path and arguments after `--`.")                                        \
   X(UsageError, 602, false, "A command-line flag or argument is wrong.",                         \
     "A misspelled flag, a missing value, a value out of range.",                                \
-    "Run the command with --help to see its flags.")
+    "Run the command with --help to see its flags.")                                           \
+  X(HostCheckFailed, 603, false, "`choir doctor` found a host problem that breaks choir jobs.",   \
+    "A FAIL verdict: /dev/shm too small or full, too few file descriptors, an interface "      \
+    "setting that matches nothing, a rejected setting.",                                        \
+    "Read the FAIL lines of the report: each names the cause and the fix; rerun doctor.")       \
+  X(ClusterMismatch, 604, false, "Hosts of a job differ in version, build, settings or system.",   \
+    "Version drift after a partial upgrade; a setting exported on some hosts only; different " \
+    "kernels or MTUs.",                                                                         \
+    "Make the listed keys equal on every host (`choir doctor --cluster` prints each "          \
+    "difference with the hosts on each side), then rerun.")                                    \
+  X(ProbeFailed, 605, true, "`choir probe` could not finish its collectives within the deadline.", \
+    "The host is overloaded or out of memory, /dev/shm or loopback TCP is broken, or a "       \
+    "watched job stopped answering.",                                                           \
+    "Run `choir doctor` on the host; look at the reason printed by the probe.")
 // clang-format on
 
 #endif  // CHOIR_ERROR_CODES_H_

@@ -13,6 +13,7 @@
 #include "choir/settings.h"
 #include "choir/version.h"
 #include "comm/comm_impl.h"
+#include "diag/metrics_endpoint.h"
 #include "params/params.h"
 #include "transport/tcp/interfaces.h"
 
@@ -258,6 +259,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   impl->endpoint_ = std::move(*endpoint);
   impl->metrics_ = diag::RegisterComm(impl->config_.job_id, impl->config_.uid, rank, size);
   impl->endpoint_->set_metrics(impl->metrics_.get());
+  CHOIR_RETURN_IF_ERROR(diag::EnsureMetricsEndpoint({impl->config_.job_id, rank, size, impl->config_.host_id}));
   CHOIR_LOG(Info, INIT, "rank {}/{} joined '{}' in {:.1f} ms ({} local ranks{})", rank, size,
             impl->config_.uid, static_cast<double>(NowNanos() - start) / 1e6, local,
             oversubscribed ? ", oversubscribed: no spinning" : "");

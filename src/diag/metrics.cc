@@ -30,6 +30,7 @@ constexpr Family kFamilies[] = {
     {"choir_peer_bytes_received_total", "counter", "Bytes received from each peer rank."},
     {"choir_transport_bytes_sent_total", "counter", "Bytes sent, by transport."},
     {"choir_transport_bytes_received_total", "counter", "Bytes received, by transport."},
+    {"choir_communicator_size", "gauge", "Ranks in the communicator (for busbw factors and missing-rank alerts)."},
 };
 constexpr int kNumFamilies = sizeof(kFamilies) / sizeof(kFamilies[0]);
 
@@ -196,6 +197,9 @@ void CommMetrics::AppendFamily(int family, std::string* out) const {
         const auto& v = family == 9 ? transport_sent_ : transport_received_;
         line(fmt::format(",transport=\"{}\"", kTransportNames[t]), std::to_string(v[static_cast<size_t>(t)].load(std::memory_order_relaxed)));
       }
+      break;
+    case 11:
+      line("", std::to_string(size_));
       break;
     default:
       break;

@@ -1,8 +1,9 @@
 // Always-on metrics of every communicator in this process.
 //
 // Counters are plain relaxed atomics updated once per operation (never per
-// byte or per chunk), so keeping them on costs a few nanoseconds per
-// collective. RenderPrometheus() turns every live communicator's counters
+// byte or per chunk); the hot path takes no lock and allocates nothing, so
+// keeping them on costs a few nanoseconds per collective (docs/performance.md,
+// "Metrics overhead"). RenderPrometheus() turns every live communicator's counters
 // into the Prometheus text format (base units: seconds, bytes; `_total`
 // counters), labelled with job, communicator, rank and world size.
 //

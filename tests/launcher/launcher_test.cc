@@ -479,7 +479,7 @@ INSTANTIATE_TEST_SUITE_P(
                                {"run", "--master-port", "65535", "true"}},
                       BadFlags{"TimeoutNotADuration", {"run", "--timeout", "soon", "true"}},
                       BadFlags{"UnknownSubcommand", {"no-such-subcommand"}},
-                      BadFlags{"NoSubcommand", {}}, BadFlags{"DoctorWithoutSubcommand", {"doctor"}},
+                      BadFlags{"NoSubcommand", {}}, BadFlags{"DoctorUnknownFlag", {"doctor", "--no-such-flag"}},
                       BadFlags{"ExplainWithoutCode", {"doctor", "explain"}},
                       BadFlags{"ExplainUnknownCode", {"doctor", "explain", "E999"}},
                       BadFlags{"ExplainCodeAndAll", {"doctor", "explain", "--all", "401"}}));

@@ -1,10 +1,12 @@
-// `choir doctor`: checks and explanations that need no running job.
+// `choir doctor params` and `choir doctor explain`: settings and error
+// explanations.
 //
 //   choir doctor params [--json]         every setting, its effective value and source
 //   choir doctor explain CODE            one error from the table (401, E401, CollectiveMismatch)
 //   choir doctor explain --all [--markdown]   the whole table (docs/errors.md is this output)
 //
-// Host and cluster checks join this group later, each as its own file.
+// `choir doctor` itself (host checks, --cluster) lives in doctor_host.cc and
+// doctor_cluster.cc.
 //
 // Thread-safety: runs on the main thread only.
 #include <fmt/format.h>
@@ -302,7 +304,6 @@ class DoctorExplainCommand : public Subcommand {
 
 }  // namespace
 
-CHOIR_REGISTER_COMMAND_GROUP("doctor", "Check settings and explain choir errors.");
 CHOIR_REGISTER_SUBCOMMAND(DoctorParamsCommand, "doctor params",
                           "Print every CHOIR_* setting: effective value, source, description.");
 CHOIR_REGISTER_SUBCOMMAND(DoctorExplainCommand, "doctor explain",

@@ -1,0 +1,62 @@
+// Cost of choir's always-on metrics on the collective path: one
+// CommMetrics::RecordOp per finished operation (the algorithm counter is an
+// atomic indexed by the algorithm's place in the registry) and one
+// AddPeerBytes per peer.
+// docs/performance.md ("Metrics overhead") records the figures.
+//
+//   bin/choir_metrics_bench
+//
+// Thread-safety: Google Benchmark runs the threaded variants with one
+// CommMetrics shared by all threads, as a communicator's callers would.
+#include <benchmark/benchmark.h>
+
+#include <string>
+
+#include "algorithms/algorithms.h"
+#include "diag/metrics.h"
+
+namespace {
+
+using choir::algorithms::CollKind;
+
+int AlgorithmIndex(CollKind kind, const char* name) {
+  const auto* a = choir::algorithms::FindAlgorithm(kind, name);
+  return static_cast<int>(a - choir::algorithms::AllAlgorithms().data());
+}
+
+std::shared_ptr<choir::diag::CommMetrics>& Shared() {
+  static auto m = choir::diag::RegisterComm("bench", "world#0", 0, 8);
+  return m;
+}
+
+void BM_RecordOp(benchmark::State& state) {
+  const int algorithm = AlgorithmIndex(CollKind::kAllreduce, "recursive_doubling");
+  auto& m = Shared();
+  for (auto _ : state) {
+    m->RecordOp(CollKind::kAllreduce, 8, 12e-6, true, algorithm, 1e-6);
+  }
+}
+BENCHMARK(BM_RecordOp)->Threads(1)->Threads(2);
+
+void BM_RecordOpAndPeers(benchmark::State& state) {
+  const int algorithm = AlgorithmIndex(CollKind::kAllreduce, "ring");
+  auto& m = Shared();
+  for (auto _ : state) {
+    m->RecordOp(CollKind::kAllreduce, 1 << 20, 1e-3, true, algorithm, 1e-5);
+    m->AddPeerBytes(1, 0, 1 << 19, 1 << 19);
+    m->AddPeerBytes(7, 1, 1 << 19, 1 << 19);
+  }
+}
+BENCHMARK(BM_RecordOpAndPeers)->Threads(1)->Threads(2);
+
+void BM_RenderPrometheus(benchmark::State& state) {
+  Shared()->RecordOp(CollKind::kBroadcast, 64, 1e-5, true, AlgorithmIndex(CollKind::kBroadcast, "binomial"), 0);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(choir::diag::RenderPrometheus());
+  }
+}
+BENCHMARK(BM_RenderPrometheus);
+
+}  // namespace
+
+BENCHMARK_MAIN();
