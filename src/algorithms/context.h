@@ -20,6 +20,7 @@
 #include "algorithms/group_view.h"
 #include "algorithms/layout.h"
 #include "algorithms/op.h"
+#include "base/clock.h"
 #include "kernels/reduce.h"
 #include "transport/endpoint.h"
 
@@ -91,6 +92,11 @@ class Context {
   std::vector<int> GroupRanks() const;
   Status WaitLocal(const std::function<bool()>& ready, const std::function<std::string()>& what) {
     return endpoint_->WaitLocal(ready, *hooks_, what);
+  }
+  // Marks the moment the first peer data of this collective became readable
+  // (the late-arrival metric); later calls keep the first mark.
+  void NoteDataArrived() const {
+    if (hooks_->first_data_ns != nullptr && *hooks_->first_data_ns == 0) *hooks_->first_data_ns = NowNanos();
   }
   void CountSharedRead(int group_rank, uint64_t bytes) { endpoint_->CountSharedRead(CommRank(group_rank), bytes); }
   uint64_t sig_word() const { return sig_word_; }

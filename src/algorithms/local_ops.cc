@@ -96,6 +96,7 @@ Status AreaOp::WaitAll() {
         }
         return who + " to arrive (same-host slots)";
       }));
+  ctx_->NoteDataArrived();
   for (int p = 0; p < size(); ++p) {
     if (p != me()) CHOIR_RETURN_IF_ERROR(CheckSignature(p));
   }

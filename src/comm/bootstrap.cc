@@ -246,8 +246,9 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   co.tcp_stripe_bytes = params::GetBytes(params::Id::kTcpStripeBytes);
   co.allow_cma = params::GetString(params::Id::kShmCma) != "off";
   const bool oversubscribed = local > OnlineCpus();
+  // Ranks that outnumber the cores must never burn a core a peer needs.
   co.wait.spin_ns = oversubscribed ? 0 : params::GetInt(params::Id::kSpinMicros) * 1000;
-  co.wait.yields = oversubscribed ? 2 : 4;
+  co.wait.yield_ns = co.wait.spin_ns + params::GetInt(params::Id::kYieldMicros) * 1000;
   auto endpoint = transport::ConnectPeers(*scoped, rank, peers, std::move(listener), co);
   if (!endpoint.ok()) return endpoint.status();
 

@@ -258,7 +258,6 @@ Status Endpoint::WaitLocal(const std::function<bool()>& ready, const RunHooks& h
   const int64_t start = NowNanos();
   int64_t last_check = start;
   int64_t last_stall = start;
-  int yields = 0;
   SegmentHeader* h = own_segment_ ? own_segment_->header() : nullptr;
   while (true) {
     for (int i = 0; i < 64; ++i) {
@@ -291,13 +290,12 @@ Status Endpoint::WaitLocal(const std::function<bool()>& ready, const RunHooks& h
       last_stall = now;
       CHOIR_RETURN_IF_ERROR(hooks.observer->Stall(static_cast<double>(now - start) * 1e-9));
     }
-    if (now - start < policy_.spin_ns) continue;
-    if (yields < policy_.yields) {
-      ++yields;
+    const WaitPolicy::Step step = policy_.Next(now - start);
+    if (step == WaitPolicy::Step::kSpin) continue;
+    if (step == WaitPolicy::Step::kYield || h == nullptr) {
       sched_yield();
       continue;
     }
-    if (h == nullptr) continue;
     const uint32_t seen = h->doorbell.load(std::memory_order_acquire);
     h->sleeping.store(1, std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -322,7 +320,6 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
   // between two ranks stay in the order the algorithm posted them.
   std::vector<int> first_send(static_cast<size_t>(size_), -1), first_recv(static_cast<size_t>(size_), -1);
   int64_t idle_since = 0;
-  int yields = 0;
   int64_t last_check = NowNanos();
   int64_t last_stall = 0;
   const int64_t start = NowNanos();
@@ -366,7 +363,6 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
     }
     if (progressed) {
       idle_since = 0;
-      yields = 0;
       continue;
     }
     const int64_t now = NowNanos();
@@ -384,12 +380,12 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
       last_stall = now;
       CHOIR_RETURN_IF_ERROR(hooks.observer->Stall(static_cast<double>(now - start) * 1e-9));
     }
-    if (now - idle_since < policy_.spin_ns) {
+    const WaitPolicy::Step step = policy_.Next(now - idle_since);
+    if (step == WaitPolicy::Step::kSpin) {
       for (int i = 0; i < 16; ++i) _mm_pause();
       continue;
     }
-    if (yields < policy_.yields) {
-      ++yields;
+    if (step == WaitPolicy::Step::kYield) {
       sched_yield();
       continue;
     }
@@ -420,10 +416,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
         WaitSegment(h, seen, cap);
       }
       h->sleeping.store(0, std::memory_order_relaxed);
-      if (moved) {
-        idle_since = 0;
-        yields = 0;
-      }
+      if (moved) idle_since = 0;
       continue;
     }
     WaitTcp(hooks, shm_pending);

@@ -61,9 +61,20 @@ struct RunHooks {
   int64_t* first_data_ns = nullptr;
 };
 
+// How a rank waits for its peers: busy-poll for `spin_ns` (peers that arrive
+// within microseconds cost no system call), then poll between sched_yield()
+// calls until `yield_ns` (on a busy or oversubscribed machine this hands the
+// CPU to the very peer being waited for), then sleep on a futex or epoll.
 struct WaitPolicy {
-  int64_t spin_ns = 50000;  // busy-poll this long before yielding
-  int yields = 4;           // sched_yield rounds before sleeping
+  int64_t spin_ns = 2000;
+  int64_t yield_ns = 200000;
+
+  enum class Step { kSpin, kYield, kSleep };
+  Step Next(int64_t waited_ns) const {
+    if (waited_ns < spin_ns) return Step::kSpin;
+    if (waited_ns < yield_ns) return Step::kYield;
+    return Step::kSleep;
+  }
 };
 
 class Endpoint {

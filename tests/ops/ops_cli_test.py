@@ -302,7 +302,7 @@ class DoctorClusterTest(unittest.TestCase):
         code, out, err = run([CHOIR, "run", "-n", "3", "--", "sh", "-c", self.SCRIPT, CHOIR], timeout=120)
         self.assertNotEqual(code, 0, out)
         self.assertIn("choir doctor --cluster: 3 hosts: host0,host1,host2", out)
-        self.assertIn("DIFF setting.CHOIR_SPIN_US: '50' on host0,host1 | '7' on host2", out)
+        self.assertIn("DIFF setting.CHOIR_SPIN_US: '2' on host0,host1 | '7' on host2", out)
         self.assertIn("DIFF env.NCCL_IB_DISABLE: '<unset>' on host0,host1 | '1' on host2", out)
         self.assertIn("host0 <-> host2: reachable", out)
         self.assertIn("host1 <-> host2: reachable", out)
