@@ -1,0 +1,79 @@
+// choir.torch._C: the pybind11 module exposing ProcessGroupChoir to Python.
+//
+// torch must be imported before this module (the Python package does it):
+// the ProcessGroup base class is registered by torch's own bindings.
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+#include "choir/status.h"
+#include "choir/version.h"
+#include "process_group_choir.h"
+
+namespace py = pybind11;
+
+namespace choir::torch_backend {
+namespace {
+
+std::chrono::milliseconds ToMillis(std::chrono::duration<float> timeout) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+}
+
+py::dict ErrorInfoDict(const ErrorInfo& info) {
+  py::dict d;
+  d["code"] = "E" + std::to_string(info.number);
+  d["number"] = info.number;
+  d["name"] = info.name;
+  d["retryable"] = info.retryable;
+  d["summary"] = info.summary;
+  d["causes"] = info.causes;
+  d["fix"] = info.fix;
+  return d;
+}
+
+}  // namespace
+}  // namespace choir::torch_backend
+
+PYBIND11_MODULE(_C, m) {
+  using choir::ErrorInfo;
+  using choir::torch_backend::ProcessGroupChoir;
+  using choir::torch_backend::ToMillis;
+  using choir::torch_backend::ErrorInfoDict;
+  m.doc() = "choir collectives as a torch.distributed process group (see choir.torch)";
+  m.attr("__version__") = choir::kVersionString;
+
+  py::class_<ProcessGroupChoir, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupChoir>>(
+      m, "ProcessGroupChoir",
+      "A torch.distributed process group over a choir communicator.\n\n"
+      "Normally created by init_process_group(backend='choir') / new_group(backend='choir'),\n"
+      "which call it with the group's store, rank, size and timeout.")
+      // The constructor waits for every rank: it must not hold the GIL.
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::duration<float> timeout) {
+             return c10::make_intrusive<ProcessGroupChoir>(store, rank, size, ToMillis(timeout));
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "communicator_status",
+          [](const ProcessGroupChoir& pg) { return pg.CommunicatorStatus().ToString(); },
+          "The communicator's sticky error as 'E304 PeerLost: ...', or 'OK'.")
+      .def("abort", &ProcessGroupChoir::Abort, py::arg("reason") = "",
+           "Fails pending and later operations here and on the peers.",
+           py::call_guard<py::gil_scoped_release>());
+
+  m.def(
+      "error_info",
+      [](const std::string& code) -> py::object {
+        const ErrorInfo* info = choir::FindErrorInfo(code);
+        if (info == nullptr) return py::none();
+        return ErrorInfoDict(*info);
+      },
+      py::arg("code"),
+      "The choir error table row for 'E401', '401' or 'CollectiveMismatch' (None if unknown).");
+}
