@@ -244,7 +244,7 @@ Result<Reduction> MapReduction(const c10d::ReduceOp& rop, at::ScalarType type) {
     }
     default: return unsupported("unknown reduce op");
   }
-  CHOIR_RETURN_IF_ERROR(CheckReduceSupported(r.dtype, r.op));
+  if (Status s = CheckReduceSupported(r.dtype, r.op); !s.ok()) return unsupported(s.message());
   return r;
 }
 
@@ -515,7 +515,7 @@ ProcessGroupChoir::ProcessGroupChoir(const c10::intrusive_ptr<c10d::Store>& stor
 ProcessGroupChoir::~ProcessGroupChoir() = default;
 
 void ProcessGroupChoir::FailArgument(const Status& status) {
-  const std::string text = status.WithContext("rank " + std::to_string(rank_) + ": ").ToString();
+  const std::string text = status.WithContext("rank " + std::to_string(rank_)).ToString();
   comm_->Abort(text);
   throw std::runtime_error(text);
 }

@@ -36,6 +36,17 @@ py::dict ErrorInfoDict(const ErrorInfo& info) {
   return d;
 }
 
+// Raises the choir error as a RuntimeError("E200 StoreTimeout: ...").
+template <typename T>
+T ValueOrThrow(choir::Result<T> result) {
+  if (!result.ok()) throw std::runtime_error(result.status().ToString());
+  return std::move(result).value();
+}
+
+void OkOrThrow(const choir::Status& status) {
+  if (!status.ok()) throw std::runtime_error(status.ToString());
+}
+
 }  // namespace
 }  // namespace choir::torch_backend
 
@@ -66,6 +77,29 @@ PYBIND11_MODULE(_C, m) {
       .def("abort", &ProcessGroupChoir::Abort, py::arg("reason") = "",
            "Fails pending and later operations here and on the peers.",
            py::call_guard<py::gil_scoped_release>());
+
+  // The store adapter on its own, so that tests can check each method's
+  // mapping of c10d behaviour and exceptions to choir's contract.
+  using choir::torch_backend::OkOrThrow;
+  using choir::torch_backend::TorchStore;
+  using choir::torch_backend::ValueOrThrow;
+  py::class_<TorchStore, std::shared_ptr<TorchStore>>(m, "_StoreAdapter")
+      .def(py::init<c10::intrusive_ptr<c10d::Store>>(), py::arg("store"))
+      .def("set", [](TorchStore& s, const std::string& k, const py::bytes& v) { OkOrThrow(s.Set(k, v)); })
+      .def("get", [](TorchStore& s, const std::string& k) { return py::bytes(ValueOrThrow(s.Get(k))); })
+      .def("add", [](TorchStore& s, const std::string& k, int64_t d) { return ValueOrThrow(s.Add(k, d)); })
+      .def("compare_set",
+           [](TorchStore& s, const std::string& k, const py::bytes& expected, const py::bytes& desired) {
+             return py::bytes(ValueOrThrow(s.CompareSet(k, expected, desired)));
+           })
+      .def("delete", [](TorchStore& s, const std::string& k) { return ValueOrThrow(s.Delete(k)); })
+      .def(
+          "wait",
+          [](TorchStore& s, const std::vector<std::string>& keys, int64_t timeout_ms) {
+            OkOrThrow(s.Wait(keys, std::chrono::milliseconds(timeout_ms)));
+          },
+          py::call_guard<py::gil_scoped_release>())
+      .def("check", [](TorchStore& s, const std::vector<std::string>& keys) { return ValueOrThrow(s.Check(keys)); });
 
   m.def(
       "error_info",
