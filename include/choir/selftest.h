@@ -29,6 +29,8 @@ struct SweepOptions {
   std::vector<size_t> counts = {0, 1, 2, 3, 7, 33, 1000, 4099, 70001};
   bool in_place = true;              // also run each case in place
   bool all_reduce_ops = true;        // every applicable reduce op (else sum only)
+  std::vector<ReduceOp> reduce_ops;  // if set: exactly these (where applicable)
+  std::string algorithm;             // force an algorithm (CallOptions::algorithm)
   std::chrono::milliseconds timeout{0};  // per collective; 0 = communicator default
   bool stop_on_failure = false;
 };

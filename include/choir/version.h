@@ -17,6 +17,8 @@ inline constexpr int kProtocolVersion = 1;
 
 // "0.1.0 (RelWithDebInfo, gcc 12.2.0, asan=off)".
 const char* BuildString();
+// The vector instruction set the reduction kernels use on this CPU ("avx512", "avx2", "generic").
+const char* KernelIsa();
 
 }  // namespace choir
 

@@ -1,5 +1,7 @@
 #include "choir/version.h"
 
+#include "kernels/reduce.h"
+
 namespace choir {
 
 #ifndef CHOIR_BUILD_TYPE
@@ -22,5 +24,7 @@ const char* BuildString() {
   }();
   return text;
 }
+
+const char* KernelIsa() { return kernels::ActiveIsa(); }
 
 }  // namespace choir

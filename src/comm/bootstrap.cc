@@ -236,6 +236,8 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   auto impl = std::unique_ptr<CommImpl>(new CommImpl(store, scoped, rank, size, std::move(config)));
   impl->peers_ = std::move(peers);
   impl->endpoint_ = std::move(*endpoint);
+  impl->metrics_ = diag::RegisterComm(impl->config_.job_id, impl->config_.uid, rank, size);
+  impl->endpoint_->set_metrics(impl->metrics_.get());
   CHOIR_LOG(Info, INIT, "rank {}/{} joined '{}' in {:.1f} ms ({} local ranks{})", rank, size,
             impl->config_.uid, static_cast<double>(NowNanos() - start) / 1e6, local,
             oversubscribed ? ", oversubscribed: no spinning" : "");

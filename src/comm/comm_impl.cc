@@ -53,6 +53,7 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
 void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& state) {
   WorkInfo info;
   const int64_t start = NowNanos();
+  int64_t first_data_ns = 0;
   Status s = sticky();
   if (!s.ok()) {
     s = Status(s.code(), "this communicator already failed: " + s.message());
@@ -71,18 +72,21 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
       }
     } else {
       info.sequence = ++seq_;
-      s = RunCollective(args, options, info.sequence, deadline, &info.algorithm);
+      s = RunCollective(args, options, info.sequence, deadline, &info.algorithm, &first_data_ns);
     }
     // Relay even a peer's failure: the rank that failed first may not have
     // reached everyone (it may have died). Our own Abort() already told them.
     if (!s.ok()) Fail(s, !abort_called_.load());
   }
   info.seconds = static_cast<double>(NowNanos() - start) * 1e-9;
+  metrics_->RecordOp(args.kind, args.SelectionBytes(size_), info.seconds, s.ok(), info.algorithm,
+                     first_data_ns > 0 ? static_cast<double>(first_data_ns - start) * 1e-9 : 0);
+  if (!s.ok()) metrics_->RecordError(s.number());
   state.Complete(std::move(s), std::move(info));
 }
 
 Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_t seq,
-                               Deadline deadline, std::string* algo_name) {
+                               Deadline deadline, std::string* algo_name, int64_t* first_data_ns) {
   const Signature sig = Signature::Of(args);
   const int64_t start = NowNanos();
   transport::RunHooks hooks;
@@ -91,6 +95,7 @@ Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_
                           int peer) { return MismatchError(sig, seq, expected, got, peer); };
   hooks.on_stall = [&](double waited) { return OnStall(sig, seq, waited); };
   hooks.stall_seconds = config_.stall_seconds;
+  hooks.first_data_ns = first_data_ns;
   Status s;
   if (config_.mismatch == MismatchCheck::kFull && size_ > 1) s = CheckSignatures(sig, seq, deadline);
   if (s.ok()) {

@@ -21,6 +21,7 @@
 #include "algorithms/select.h"
 #include "choir/communicator.h"
 #include "comm/engine.h"
+#include "diag/metrics.h"
 #include "transport/connect.h"
 #include "transport/endpoint.h"
 
@@ -67,7 +68,7 @@ class CommImpl {
   // Runs one operation to completion on the current thread.
   void Execute(algorithms::OpArgs& args, const CallOptions& options, Work::State& state);
   Status RunCollective(algorithms::OpArgs& args, const CallOptions& options, uint64_t seq,
-                       Deadline deadline, std::string* algo_name);
+                       Deadline deadline, std::string* algo_name, int64_t* first_data_ns);
   Status RunPointToPoint(algorithms::OpArgs& args, Deadline deadline, int* source);
   Status CheckSignatures(const algorithms::Signature& mine, uint64_t seq, Deadline deadline);
   Status MismatchError(const algorithms::Signature& mine, uint64_t seq,
@@ -89,6 +90,7 @@ class CommImpl {
   CommConfig config_;
   std::vector<transport::PeerInfo> peers_;
   std::unique_ptr<transport::Endpoint> endpoint_;
+  std::shared_ptr<diag::CommMetrics> metrics_;
   algorithms::Scratch scratch_;
   uint64_t seq_ = 0;  // collectives executed (engine thread only)
   int splits_ = 0;    // Split calls (for unique child names)

@@ -322,14 +322,20 @@ Result<std::vector<SweepCase>> RunSweep(Communicator& comm, const SweepOptions& 
   }
   std::vector<DataType> dtypes = options.dtypes;
   if (dtypes.empty()) dtypes.assign(std::begin(kAllTypes), std::end(kAllTypes));
-  Runner runner{comm, CallOptions{options.timeout, ""}, comm.rank(), comm.size()};
+  Runner runner{comm, CallOptions{options.timeout, options.algorithm}, comm.rank(), comm.size()};
   std::vector<SweepCase> cases;
   int case_index = 0;
   for (const std::string& op : ops) {
     const bool reduces = op == "allreduce" || op == "reduce_scatter" || op == "reduce";
     const bool has_in_place = op != "barrier" && op != "sendrecv";
     for (DataType t : dtypes) {
-      const std::vector<ReduceOp> rops = reduces ? OpsFor(t, options.all_reduce_ops) : std::vector<ReduceOp>{ReduceOp::kSum};
+      std::vector<ReduceOp> rops = reduces ? OpsFor(t, options.all_reduce_ops) : std::vector<ReduceOp>{ReduceOp::kSum};
+      if (reduces && !options.reduce_ops.empty()) {
+        rops.clear();
+        for (ReduceOp r : options.reduce_ops) {
+          if (CheckReduceSupported(t, r).ok()) rops.push_back(r);
+        }
+      }
       for (ReduceOp rop : rops) {
         for (size_t count : options.counts) {
           for (int placement = 0; placement < (options.in_place && has_in_place ? 2 : 1); ++placement) {
@@ -343,7 +349,8 @@ Result<std::vector<SweepCase>> RunSweep(Communicator& comm, const SweepOptions& 
             if (!s.ok()) return s;
             // Agree across ranks: the case is ok only if it is ok everywhere.
             int32_t ok = c.error.empty() ? 1 : 0, all_ok = 0;
-            CHOIR_RETURN_IF_ERROR(comm.Allreduce(&ok, &all_ok, 1, DataType::kInt32, ReduceOp::kMin, runner.call).Wait());
+            CHOIR_RETURN_IF_ERROR(comm.Allreduce(&ok, &all_ok, 1, DataType::kInt32, ReduceOp::kMin,
+                                                 CallOptions{options.timeout, ""}).Wait());
             c.ok = all_ok == 1;
             if (!c.ok && c.error.empty()) c.error = "wrong values on another rank";
             cases.push_back(std::move(c));

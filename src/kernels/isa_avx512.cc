@@ -15,11 +15,13 @@
 
 // GCC 12's AVX-512 headers pass _mm512_undefined_*() values as the unused
 // merge operand of conversions, which trips -Wmaybe-uninitialized at -O3
+// and -Wuninitialized at -O1
 // (GCC bug 105593). The suppression must cover the header's
 // lines, hence before the include; it ends at the bottom of the file.
 #if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 

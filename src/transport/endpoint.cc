@@ -9,6 +9,7 @@
 
 #include "base/logging.h"
 #include "base/strings.h"
+#include "diag/metrics.h"
 
 namespace choir::transport {
 namespace {
@@ -284,7 +285,17 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
       }
       auto r = Step(x, hooks);
       if (!r.ok()) return Explain(r.status());
-      progressed |= *r;
+      if (*r) {
+        progressed = true;
+        if (x.dir == Xfer::Dir::kRecv && hooks.first_data_ns != nullptr && *hooks.first_data_ns == 0) {
+          *hooks.first_data_ns = NowNanos();
+        }
+        if (x.complete && metrics_ != nullptr && x.peer >= 0) {
+          const bool send = x.dir == Xfer::Dir::kSend;
+          metrics_->AddPeerBytes(x.peer, kind(x.peer) == TransportKind::kTcp ? 1 : 0,
+                                 send ? x.header.length : 0, send ? 0 : x.done);
+        }
+      }
     }
     if (all_done) return Status::Ok();
     if (abort_requested_.load(std::memory_order_acquire)) {

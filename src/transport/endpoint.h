@@ -32,6 +32,10 @@
 #include "transport/shm/segment.h"
 #include "transport/xfer.h"
 
+namespace choir::diag {
+class CommMetrics;
+}
+
 namespace choir::transport {
 
 struct RunHooks {
@@ -41,6 +45,8 @@ struct RunHooks {
   // Called about every `stall_seconds` while nothing moves; may return an error to stop waiting.
   std::function<Status(double waited_seconds)> on_stall;
   double stall_seconds = 0;  // 0 = never
+  // Set (if not null and still 0) to the time the first peer data arrived.
+  int64_t* first_data_ns = nullptr;
 };
 
 struct WaitPolicy {
@@ -76,6 +82,8 @@ class Endpoint {
 
   // Unlinks this rank's segment name (after every peer has mapped it).
   void UnlinkSegment();
+  // Where per-peer traffic is counted (once per finished Xfer).
+  void set_metrics(diag::CommMetrics* metrics) { metrics_ = metrics; }
 
  private:
   Result<bool> Step(Xfer& x, const RunHooks& hooks);
@@ -110,6 +118,7 @@ class Endpoint {
   std::vector<std::deque<Stashed>> stash_;          // per peer, completed P2P messages
   std::vector<StashInProgress> stash_progress_;     // per peer
 
+  diag::CommMetrics* metrics_ = nullptr;
   std::atomic<bool> abort_requested_{false};
   Status abort_status_;  // written before abort_requested_ is set
 };

@@ -31,7 +31,7 @@ struct Outcome {
 };
 
 // Runs argv with extra environment variables, killing its process group after `timeout_s`.
-Outcome Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+Outcome RunCommand(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
             double timeout_s) {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) return {};
@@ -73,8 +73,8 @@ Outcome Run(const std::vector<std::string>& argv, const std::map<std::string, st
   return o;
 }
 
-std::vector<std::string> Launch(int n, const std::vector<std::string>& program) {
-  std::vector<std::string> argv = {CHOIR_BIN, "run", "-n", std::to_string(n), "--grace", "20", "--"};
+std::vector<std::string> Launch(int n, const std::vector<std::string>& program, int grace_s = 20) {
+  std::vector<std::string> argv = {CHOIR_BIN, "run", "-n", std::to_string(n), "--grace", std::to_string(grace_s), "--"};
   argv.insert(argv.end(), program.begin(), program.end());
   return argv;
 }
@@ -87,7 +87,7 @@ class SweepProcessTest : public ::testing::TestWithParam<std::tuple<int, std::st
 
 TEST_P(SweepProcessTest, AllCollectivesAllTypesCorrect) {
   const auto [n, transport] = GetParam();
-  const Outcome o = Run(Launch(n, {CHOIR_BIN, "sweep", "--transport", transport}),
+  const Outcome o = RunCommand(Launch(n, {CHOIR_BIN, "sweep", "--transport", transport}),
                         {{"CHOIR_TIMEOUT", "120"}}, 600);
   EXPECT_FALSE(o.timed_out);
   EXPECT_EQ(o.exit_code, 0) << o.out;
@@ -104,7 +104,7 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, SweepProcessTest,
 class FaultTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FaultTest, KilledRankGivesPeerLostOnEverySurvivor) {
-  const Outcome o = Run(Launch(3, {FAULT_RANK_BIN, "kill", "1"}),
+  const Outcome o = RunCommand(Launch(3, {FAULT_RANK_BIN, "kill", "1"}),
                         {{"CHOIR_TIMEOUT", "30"}, {"CHOIR_TRANSPORT", GetParam()}}, 60);
   EXPECT_FALSE(o.timed_out);
   EXPECT_TRUE(Contains(o.out, "RESULT E304 rank=0")) << o.out;
@@ -115,7 +115,7 @@ TEST_P(FaultTest, KilledRankGivesPeerLostOnEverySurvivor) {
 }
 
 TEST_P(FaultTest, ExitedRankGivesPeerLost) {
-  const Outcome o = Run(Launch(3, {FAULT_RANK_BIN, "exit", "2"}),
+  const Outcome o = RunCommand(Launch(3, {FAULT_RANK_BIN, "exit", "2"}),
                         {{"CHOIR_TIMEOUT", "30"}, {"CHOIR_TRANSPORT", GetParam()}}, 60);
   EXPECT_FALSE(o.timed_out);
   EXPECT_TRUE(Contains(o.out, "RESULT E304 rank=0")) << o.out;
@@ -124,7 +124,7 @@ TEST_P(FaultTest, ExitedRankGivesPeerLost) {
 }
 
 TEST_P(FaultTest, MismatchedCountEveryRankGetsMismatch) {
-  const Outcome o = Run(Launch(3, {FAULT_RANK_BIN, "mismatch"}),
+  const Outcome o = RunCommand(Launch(3, {FAULT_RANK_BIN, "mismatch"}),
                         {{"CHOIR_TIMEOUT", "30"}, {"CHOIR_TRANSPORT", GetParam()}}, 60);
   EXPECT_FALSE(o.timed_out);
   for (int r = 0; r < 3; ++r) {
@@ -135,7 +135,7 @@ TEST_P(FaultTest, MismatchedCountEveryRankGetsMismatch) {
 }
 
 TEST_P(FaultTest, SilentRankTimesOutNamingIt) {
-  const Outcome o = Run(Launch(3, {FAULT_RANK_BIN, "silent", "2"}),
+  const Outcome o = RunCommand(Launch(3, {FAULT_RANK_BIN, "silent", "2"}, /*grace_s=*/1),
                         {{"CHOIR_TIMEOUT", "2"}, {"CHOIR_STALL_SECONDS", "0.5"}, {"CHOIR_TRANSPORT", GetParam()}}, 60);
   EXPECT_FALSE(o.timed_out);
   EXPECT_TRUE(Contains(o.out, "RESULT E400")) << o.out;
@@ -160,7 +160,7 @@ TEST(EnvironmentTest, BadLaunchEnvironmentsGiveNumberedErrors) {
       {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"CHOIR_STORE_ADDR", "nohostport"}}, "E100"},
   };
   for (const auto& c : cases) {
-    const Outcome o = Run({FAULT_RANK_BIN, "create"}, c.env, 20);
+    const Outcome o = RunCommand({FAULT_RANK_BIN, "create"}, c.env, 20);
     EXPECT_FALSE(o.timed_out);
     EXPECT_TRUE(Contains(o.out, "RESULT " + c.want)) << c.want << ": " << o.out;
   }
@@ -171,7 +171,7 @@ TEST(EnvironmentTest, StoreThatNeverAnswersTimesOut) {
   auto listener = choir::net::Listen("127.0.0.1", 0);
   ASSERT_TRUE(listener.ok());
   const int port = choir::net::LocalPort(listener->get());
-  const Outcome o = Run({FAULT_RANK_BIN, "create"},
+  const Outcome o = RunCommand({FAULT_RANK_BIN, "create"},
                         {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"CHOIR_TIMEOUT", "1.5"},
                          {"CHOIR_STORE_ADDR", "127.0.0.1:" + std::to_string(port)}},
                         30);
@@ -185,7 +185,7 @@ TEST(EnvironmentTest, NoStoreAtAllIsUnreachable) {
   ASSERT_TRUE(listener.ok());
   const int port = choir::net::LocalPort(listener->get());
   listener->Reset();
-  const Outcome o = Run({FAULT_RANK_BIN, "create"},
+  const Outcome o = RunCommand({FAULT_RANK_BIN, "create"},
                         {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"CHOIR_TIMEOUT", "1"},
                          {"CHOIR_STORE_ADDR", "127.0.0.1:" + std::to_string(port)}},
                         30);

@@ -1,0 +1,239 @@
+#include "diag/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "choir/status.h"
+
+namespace choir::diag {
+namespace {
+
+constexpr uint64_t kSizeClassLimits[kSizeClasses - 1] = {4096, 256 * 1024, 16 * 1024 * 1024};
+
+struct Family {
+  const char* name;
+  const char* type;
+  const char* help;
+};
+// Order matters: AppendFamily switches on the index.
+constexpr Family kFamilies[] = {
+    {"choir_communicator_info", "gauge", "Communicators in this process (value 1), with job, communicator, rank and world size."},
+    {"choir_collectives_total", "counter", "Operations finished, by collective and outcome."},
+    {"choir_collective_bytes_total", "counter", "Bytes moved by finished operations (nccl-tests convention: the largest buffer)."},
+    {"choir_collective_duration_seconds", "histogram", "Duration of operations, by collective and message size class."},
+    {"choir_algorithm_selections_total", "counter", "Algorithm chosen, by collective."},
+    {"choir_errors_total", "counter", "Failed operations, by choir error code."},
+    {"choir_late_arrival_seconds_total", "counter", "Time this rank waited in collectives before the first data from a peer arrived (the straggler signal)."},
+    {"choir_peer_bytes_sent_total", "counter", "Bytes sent to each peer rank."},
+    {"choir_peer_bytes_received_total", "counter", "Bytes received from each peer rank."},
+    {"choir_transport_bytes_sent_total", "counter", "Bytes sent, by transport."},
+    {"choir_transport_bytes_received_total", "counter", "Bytes received, by transport."},
+};
+constexpr int kNumFamilies = sizeof(kFamilies) / sizeof(kFamilies[0]);
+
+std::string Escape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+std::string FormatSeconds(double s) { return fmt::format("{:.9g}", s); }
+
+std::mutex g_mu;
+std::vector<std::weak_ptr<CommMetrics>>& Comms() {
+  static auto* comms = new std::vector<std::weak_ptr<CommMetrics>>();
+  return *comms;
+}
+
+const char* const kTransportNames[2] = {"shm", "tcp"};
+
+}  // namespace
+
+const char* SizeClassName(int size_class) {
+  static const char* kNames[kSizeClasses] = {"le4KiB", "le256KiB", "le16MiB", "gt16MiB"};
+  return kNames[size_class];
+}
+
+int SizeClassOf(uint64_t bytes) {
+  for (int i = 0; i < kSizeClasses - 1; ++i) {
+    if (bytes <= kSizeClassLimits[i]) return i;
+  }
+  return kSizeClasses - 1;
+}
+
+CommMetrics::CommMetrics(std::string job, std::string comm, int rank, int size)
+    : job_(std::move(job)),
+      comm_(std::move(comm)),
+      rank_(rank),
+      size_(size),
+      peer_sent_(static_cast<size_t>(size)),
+      peer_received_(static_cast<size_t>(size)) {}
+
+void CommMetrics::RecordOp(algorithms::CollKind kind, uint64_t bytes, double seconds, bool ok,
+                           const std::string& algorithm, double late_arrival_seconds) {
+  OpCounters& c = ops_[static_cast<size_t>(kind)];
+  (ok ? c.completed : c.failed).fetch_add(1, std::memory_order_relaxed);
+  if (!ok) return;
+  c.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  const int sc = SizeClassOf(bytes);
+  size_t bucket = 0;
+  while (bucket < kDurationBuckets.size() && seconds > kDurationBuckets[bucket]) ++bucket;
+  c.buckets[static_cast<size_t>(sc)][bucket].fetch_add(1, std::memory_order_relaxed);
+  c.duration_ns[static_cast<size_t>(sc)].fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
+  c.count[static_cast<size_t>(sc)].fetch_add(1, std::memory_order_relaxed);
+  if (late_arrival_seconds > 0) {
+    late_arrival_ns_.fetch_add(static_cast<uint64_t>(late_arrival_seconds * 1e9), std::memory_order_relaxed);
+  }
+  if (!algorithm.empty()) {
+    const std::string key = std::string(algorithms::CollKindName(kind)) + "/" + algorithm;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find_if(algorithms_.begin(), algorithms_.end(), [&](const auto& p) { return p.first == key; });
+    if (it == algorithms_.end()) {
+      algorithms_.emplace_back(key, 1);
+    } else {
+      ++it->second;
+    }
+  }
+}
+
+void CommMetrics::RecordError(int code) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = std::find_if(errors_.begin(), errors_.end(), [&](const auto& p) { return p.first == code; });
+  if (it == errors_.end()) {
+    errors_.emplace_back(code, 1);
+  } else {
+    ++it->second;
+  }
+}
+
+void CommMetrics::AddPeerBytes(int peer, int transport, uint64_t sent, uint64_t received) {
+  if (peer < 0 || peer >= size_ || transport < 0 || transport > 1) return;
+  peer_sent_[static_cast<size_t>(peer)].fetch_add(sent, std::memory_order_relaxed);
+  peer_received_[static_cast<size_t>(peer)].fetch_add(received, std::memory_order_relaxed);
+  transport_sent_[static_cast<size_t>(transport)].fetch_add(sent, std::memory_order_relaxed);
+  transport_received_[static_cast<size_t>(transport)].fetch_add(received, std::memory_order_relaxed);
+}
+
+std::string CommMetrics::Labels() const {
+  return fmt::format("job=\"{}\",comm=\"{}\",rank=\"{}\",size=\"{}\"", Escape(job_), Escape(comm_), rank_, size_);
+}
+
+void CommMetrics::AppendFamily(int family, std::string* out) const {
+  const std::string base = Labels();
+  const char* name = kFamilies[family].name;
+  auto line = [&](const std::string& extra, const std::string& value, const char* suffix = "") {
+    *out += fmt::format("{}{}{{{}{}}} {}\n", name, suffix, base, extra, value);
+  };
+  switch (family) {
+    case 0:
+      line("", "1");
+      break;
+    case 1:
+    case 2:
+    case 3:
+      for (int k = 1; k < algorithms::kNumCollKinds; ++k) {
+        const OpCounters& c = ops_[static_cast<size_t>(k)];
+        const std::string op = fmt::format(",op=\"{}\"", algorithms::CollKindName(static_cast<algorithms::CollKind>(k)));
+        const uint64_t done = c.completed.load(std::memory_order_relaxed);
+        const uint64_t failed = c.failed.load(std::memory_order_relaxed);
+        if (done == 0 && failed == 0) continue;
+        if (family == 1) {
+          line(op + ",status=\"ok\"", std::to_string(done));
+          line(op + ",status=\"error\"", std::to_string(failed));
+        } else if (family == 2) {
+          line(op, std::to_string(c.bytes.load(std::memory_order_relaxed)));
+        } else {
+          for (int sc = 0; sc < kSizeClasses; ++sc) {
+            const uint64_t count = c.count[static_cast<size_t>(sc)].load(std::memory_order_relaxed);
+            if (count == 0) continue;
+            const std::string labels = op + fmt::format(",size_class=\"{}\"", SizeClassName(sc));
+            uint64_t cumulative = 0;
+            for (size_t b = 0; b <= kDurationBuckets.size(); ++b) {
+              cumulative += c.buckets[static_cast<size_t>(sc)][b].load(std::memory_order_relaxed);
+              const std::string le = b < kDurationBuckets.size() ? FormatSeconds(kDurationBuckets[b]) : "+Inf";
+              line(labels + ",le=\"" + le + "\"", std::to_string(cumulative), "_bucket");
+            }
+            line(labels, FormatSeconds(static_cast<double>(c.duration_ns[static_cast<size_t>(sc)].load()) * 1e-9), "_sum");
+            line(labels, std::to_string(count), "_count");
+          }
+        }
+      }
+      break;
+    case 4: {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [key, n] : algorithms_) {
+        const size_t slash = key.find('/');
+        line(fmt::format(",op=\"{}\",algorithm=\"{}\"", key.substr(0, slash), key.substr(slash + 1)), std::to_string(n));
+      }
+      break;
+    }
+    case 5: {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [code, n] : errors_) {
+        const ErrorInfo* info = FindErrorInfo(code);
+        line(fmt::format(",code=\"E{}\",name=\"{}\"", code, info ? info->name : "Unknown"), std::to_string(n));
+      }
+      break;
+    }
+    case 6:
+      line("", FormatSeconds(static_cast<double>(late_arrival_ns_.load(std::memory_order_relaxed)) * 1e-9));
+      break;
+    case 7:
+    case 8:
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_) continue;
+        const auto& v = family == 7 ? peer_sent_ : peer_received_;
+        line(fmt::format(",peer=\"{}\"", p), std::to_string(v[static_cast<size_t>(p)].load(std::memory_order_relaxed)));
+      }
+      break;
+    case 9:
+    case 10:
+      for (int t = 0; t < 2; ++t) {
+        const auto& v = family == 9 ? transport_sent_ : transport_received_;
+        line(fmt::format(",transport=\"{}\"", kTransportNames[t]), std::to_string(v[static_cast<size_t>(t)].load(std::memory_order_relaxed)));
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+std::shared_ptr<CommMetrics> RegisterComm(std::string job, std::string comm, int rank, int size) {
+  auto m = std::make_shared<CommMetrics>(std::move(job), std::move(comm), rank, size);
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto& comms = Comms();
+  comms.erase(std::remove_if(comms.begin(), comms.end(), [](const auto& w) { return w.expired(); }), comms.end());
+  comms.push_back(m);
+  return m;
+}
+
+std::string RenderPrometheus() {
+  std::vector<std::shared_ptr<CommMetrics>> live;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    for (const auto& w : Comms()) {
+      if (auto m = w.lock()) live.push_back(std::move(m));
+    }
+  }
+  std::string out;
+  for (int f = 0; f < kNumFamilies; ++f) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", kFamilies[f].name, kFamilies[f].help,
+                       kFamilies[f].name, kFamilies[f].type);
+    for (const auto& m : live) m->AppendFamily(f, &out);
+  }
+  return out;
+}
+
+}  // namespace choir::diag
+
+namespace choir {
+std::string RenderMetrics() { return diag::RenderPrometheus(); }
+}  // namespace choir

@@ -1,0 +1,83 @@
+// Always-on metrics of every communicator in this process.
+//
+// Counters are plain relaxed atomics updated once per operation (never per
+// byte or per chunk), so keeping them on costs a few nanoseconds per
+// collective. RenderPrometheus() turns every live communicator's counters
+// into the Prometheus text format (base units: seconds, bytes; `_total`
+// counters), labelled with job, communicator, rank and world size.
+//
+// Thread-safety: counters may be bumped from any thread; Register/Render may
+// be called concurrently with updates (a render sees a consistent-enough
+// snapshot: each value is read atomically).
+#ifndef CHOIR_DIAG_METRICS_H_
+#define CHOIR_DIAG_METRICS_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "algorithms/op.h"
+
+namespace choir::diag {
+
+// Upper bounds (seconds) of the duration histogram buckets; +Inf is implicit.
+inline constexpr std::array<double, 14> kDurationBuckets = {
+    1e-6, 4e-6, 16e-6, 64e-6, 256e-6, 1e-3, 4e-3, 16e-3, 64e-3, 0.25, 1, 4, 16, 64};
+// Message size classes for the histogram: <=4K, <=256K, <=16M, larger.
+inline constexpr int kSizeClasses = 4;
+const char* SizeClassName(int size_class);
+int SizeClassOf(uint64_t bytes);
+
+struct OpCounters {
+  std::atomic<uint64_t> completed{0};
+  std::atomic<uint64_t> failed{0};
+  std::atomic<uint64_t> bytes{0};
+  std::array<std::array<std::atomic<uint64_t>, kDurationBuckets.size() + 1>, kSizeClasses> buckets{};
+  std::array<std::atomic<uint64_t>, kSizeClasses> duration_ns{};
+  std::array<std::atomic<uint64_t>, kSizeClasses> count{};
+};
+
+class CommMetrics {
+ public:
+  CommMetrics(std::string job, std::string comm, int rank, int size);
+
+  // One finished operation (bytes as in OpArgs::SelectionBytes).
+  void RecordOp(algorithms::CollKind kind, uint64_t bytes, double seconds, bool ok,
+                const std::string& algorithm, double late_arrival_seconds);
+  void RecordError(int code);
+  // Traffic per peer and transport (0 = shm, 1 = tcp), added once per operation.
+  void AddPeerBytes(int peer, int transport, uint64_t sent, uint64_t received);
+
+  const std::string& job() const { return job_; }
+
+ private:
+  friend std::string RenderPrometheus();
+  // Appends this communicator's series of family `family` (see metrics.cc).
+  void AppendFamily(int family, std::string* out) const;
+  std::string Labels() const;
+
+  const std::string job_, comm_;
+  const int rank_, size_;
+  std::array<OpCounters, algorithms::kNumCollKinds> ops_;
+  std::atomic<uint64_t> late_arrival_ns_{0};
+  std::vector<std::atomic<uint64_t>> peer_sent_, peer_received_;
+  std::array<std::atomic<uint64_t>, 2> transport_sent_{}, transport_received_{};
+  mutable std::mutex mu_;  // guards the two maps below (rarely written)
+  std::vector<std::pair<std::string, uint64_t>> algorithms_;  // "allreduce/ring" -> count
+  std::vector<std::pair<int, uint64_t>> errors_;              // error number -> count
+};
+
+// Registers a communicator's metrics for rendering until the returned handle
+// (held by the communicator) is destroyed.
+std::shared_ptr<CommMetrics> RegisterComm(std::string job, std::string comm, int rank, int size);
+
+// Every live communicator of this process, in Prometheus text format.
+std::string RenderPrometheus();
+
+}  // namespace choir::diag
+
+#endif  // CHOIR_DIAG_METRICS_H_

@@ -1,0 +1,60 @@
+#include "diag/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include "choir/metrics.h"
+#include "testing/multi_rank.h"
+
+namespace choir {
+namespace {
+
+bool Has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+TEST(MetricsTest, CountsOperationsBytesAlgorithmsAndPeers) {
+  std::string rendered;
+  std::mutex mu;
+  CommOptions o;
+  o.job_id = "metrics-job";
+  o.name = testing::UniqueName("metrics");
+  auto results = testing::RunRanks(2, [&](Communicator& comm) -> Status {
+    std::vector<float> v(1000, 1.0f);
+    for (int i = 0; i < 3; ++i) {
+      CHOIR_RETURN_IF_ERROR(comm.Allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).Wait());
+    }
+    CHOIR_RETURN_IF_ERROR(comm.Barrier().Wait());
+    if (comm.rank() == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      rendered = RenderMetrics();
+    }
+    return comm.Barrier().Wait();
+  }, o);
+  for (const auto& r : results) ASSERT_TRUE(r.create.ok() && r.run.ok()) << r.create.ToString() << r.run.ToString();
+  const std::string labels = "job=\"metrics-job\",comm=\"" + o.name + "#0\",rank=\"0\",size=\"2\"";
+  EXPECT_TRUE(Has(rendered, "# TYPE choir_collectives_total counter")) << rendered;
+  EXPECT_TRUE(Has(rendered, "choir_collectives_total{" + labels + ",op=\"allreduce\",status=\"ok\"} 3")) << rendered;
+  EXPECT_TRUE(Has(rendered, "choir_collective_bytes_total{" + labels + ",op=\"allreduce\"} 12000")) << rendered;
+  EXPECT_TRUE(Has(rendered, "choir_collective_duration_seconds_count{" + labels + ",op=\"allreduce\",size_class=\"le4KiB\"} 3"));
+  EXPECT_TRUE(Has(rendered, "le=\"+Inf\"} 3"));
+  EXPECT_TRUE(Has(rendered, "choir_algorithm_selections_total{" + labels + ",op=\"allreduce\",algorithm=\"recursive_doubling\"} 3"));
+  EXPECT_TRUE(Has(rendered, "choir_peer_bytes_sent_total{" + labels + ",peer=\"1\"}"));
+  EXPECT_TRUE(Has(rendered, "choir_transport_bytes_sent_total{" + labels + ",transport=\"shm\"} 12000")) << rendered;
+}
+
+TEST(MetricsTest, SizeClasses) {
+  EXPECT_EQ(diag::SizeClassOf(0), 0);
+  EXPECT_EQ(diag::SizeClassOf(4096), 0);
+  EXPECT_EQ(diag::SizeClassOf(4097), 1);
+  EXPECT_EQ(diag::SizeClassOf(16u << 20), 2);
+  EXPECT_EQ(diag::SizeClassOf((16u << 20) + 1), 3);
+}
+
+TEST(MetricsTest, ErrorsAreCountedByCode) {
+  auto m = diag::RegisterComm("j", "c", 0, 1);
+  m->RecordError(401);
+  m->RecordError(401);
+  const std::string text = RenderMetrics();
+  EXPECT_TRUE(Has(text, "choir_errors_total{job=\"j\",comm=\"c\",rank=\"0\",size=\"1\",code=\"E401\",name=\"CollectiveMismatch\"} 2")) << text;
+}
+
+}  // namespace
+}  // namespace choir

@@ -1,0 +1,640 @@
+// Black-box tests of the `choir` binary: `choir run` with real rank processes
+// (sh scripts and a store client), `choir doctor`. Network on 127.0.0.1 only.
+//
+// Every child is started with a deadline and SIGKILLed if it overruns, so a
+// broken launcher fails the test instead of hanging it; ranks die with a
+// SIGKILLed launcher through PR_SET_PDEATHSIG.
+//
+// Thread-safety: each test runs on one thread.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/fd.h"
+#include "base/socket.h"
+#include "base/strings.h"
+
+extern char** environ;
+
+namespace choir {
+namespace {
+
+struct Outcome {
+  int exit_code = -1;  // 128+signal when the process was killed
+  std::string out;
+  std::string err;
+  double seconds = 0;
+};
+
+// One `choir` process with its stdout and stderr captured.
+class ChoirProcess {
+ public:
+  explicit ChoirProcess(const std::vector<std::string>& args,
+                        const std::vector<std::string>& extra_env = {}) {
+    start_ = NowSeconds();
+    int out[2];
+    int err[2];
+    EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+    EXPECT_EQ(pipe2(err, O_CLOEXEC), 0);
+    std::vector<std::string> argv_storage = {CHOIR_CLI_PATH};
+    argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+    std::vector<std::string> env_storage;
+    for (char** e = environ; *e != nullptr; ++e) {
+      // Tests must not inherit a job or settings from whoever runs ctest.
+      if (strings::StartsWith(*e, "CHOIR_")) continue;
+      env_storage.emplace_back(*e);
+    }
+    env_storage.insert(env_storage.end(), extra_env.begin(), extra_env.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_storage) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (std::string& e : env_storage) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      dup2(err[1], STDERR_FILENO);
+      execve(argv[0], argv.data(), envp.data());
+      _exit(126);
+    }
+    close(out[1]);
+    close(err[1]);
+    out_.Reset(out[0]);
+    err_.Reset(err[0]);
+    fcntl(out_.get(), F_SETFL, O_NONBLOCK);
+    fcntl(err_.get(), F_SETFL, O_NONBLOCK);
+  }
+
+  ~ChoirProcess() {
+    if (running_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  pid_t pid() const { return pid_; }
+  const std::string& out() const { return outcome_.out; }
+
+  // Reads output until stdout holds `count` lines containing `needle`.
+  bool WaitForLines(const std::string& needle, int count, double seconds) {
+    const Deadline deadline = Deadline::AfterSeconds(seconds);
+    while (!deadline.Expired()) {
+      if (CountLines(outcome_.out, needle) >= count) return true;
+      if (!PumpOnce(50)) break;
+    }
+    return CountLines(outcome_.out, needle) >= count;
+  }
+
+  // Waits for exit and end of output; SIGKILLs the launcher and fails the test
+  // after `seconds`.
+  Outcome Wait(double seconds) {
+    const Deadline deadline = Deadline::AfterSeconds(seconds);
+    while (running_ || out_.valid() || err_.valid()) {
+      if (deadline.Expired()) {
+        ADD_FAILURE() << "choir did not finish within " << seconds << " s; killing it.\nstdout:\n"
+                      << outcome_.out << "\nstderr:\n"
+                      << outcome_.err;
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+        running_ = false;
+        break;
+      }
+      PumpOnce(20);
+      Reap();
+    }
+    outcome_.seconds = NowSeconds() - start_;
+    return outcome_;
+  }
+
+  static int CountLines(const std::string& text, const std::string& needle) {
+    int n = 0;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) n += line.find(needle) != std::string::npos;
+    return n;
+  }
+
+ private:
+  // Returns false when both pipes are closed.
+  bool PumpOnce(int timeout_ms) {
+    pollfd fds[2] = {{out_.get(), POLLIN, 0}, {err_.get(), POLLIN, 0}};
+    if (!out_.valid() && !err_.valid()) {
+      usleep(static_cast<useconds_t>(timeout_ms) * 1000);
+      return false;
+    }
+    if (poll(fds, 2, timeout_ms) <= 0) return true;
+    Drain(out_, &outcome_.out);
+    Drain(err_, &outcome_.err);
+    return true;
+  }
+
+  static void Drain(Fd& fd, std::string* into) {
+    if (!fd.valid()) return;
+    char buf[4096];
+    while (true) {
+      const ssize_t n = read(fd.get(), buf, sizeof(buf));
+      if (n > 0) {
+        into->append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0 || (errno != EAGAIN && errno != EINTR)) fd.Reset();
+      return;
+    }
+  }
+
+  void Reap() {
+    if (!running_) return;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) != pid_) return;
+    running_ = false;
+    outcome_.exit_code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+  }
+
+  pid_t pid_ = -1;
+  bool running_ = true;
+  double start_ = 0;
+  Fd out_;
+  Fd err_;
+  Outcome outcome_;
+};
+
+Outcome RunChoir(const std::vector<std::string>& args,
+                 const std::vector<std::string>& extra_env = {}, double seconds = 8) {
+  ChoirProcess process(args, extra_env);
+  return process.Wait(seconds);
+}
+
+// True once `pid` no longer runs (gone, or a zombie nobody has reaped yet).
+bool ProcessGone(pid_t pid, double seconds = 2) {
+  const Deadline deadline = Deadline::AfterSeconds(seconds);
+  while (true) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string content;
+    if (!stat || !std::getline(stat, content)) return true;
+    const size_t paren = content.rfind(')');
+    if (paren != std::string::npos && paren + 2 < content.size() && content[paren + 2] == 'Z') {
+      return true;
+    }
+    if (deadline.Expired()) return false;
+    usleep(20000);
+  }
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> Words(const std::string& line) {
+  std::vector<std::string> words;
+  std::istringstream in(line);
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
+}
+
+// PIDs printed by ranks as "pid <n>" lines (with the launcher's "[r] " prefix).
+std::vector<pid_t> PrintedPids(const std::string& out) {
+  std::vector<pid_t> pids;
+  for (const std::string& line : Lines(out)) {
+    const std::vector<std::string> words = Words(line);
+    if (words.size() == 3 && words[1] == "pid") {
+      if (auto pid = strings::ParseInt(words[2])) pids.push_back(static_cast<pid_t>(*pid));
+    }
+  }
+  return pids;
+}
+
+int CountSummaryLines(const std::string& err) {
+  return ChoirProcess::CountLines(err, "choir run:");
+}
+
+// A port Q such that Q and Q+1 are both free on 127.0.0.1 right now.
+int FreePortPair() {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    auto probe = net::Listen("127.0.0.1", 0);
+    if (!probe.ok()) continue;
+    const int port = net::LocalPort(probe->get());
+    if (port <= 0 || port >= 65535) continue;
+    auto next = net::Listen("127.0.0.1", port + 1);
+    if (next.ok()) return port;
+  }
+  ADD_FAILURE() << "no free pair of ports on 127.0.0.1";
+  return 0;
+}
+
+// ------------------------------------------------------------------ contract
+
+TEST(RunTest, EnvironmentContractPerRank) {
+  const Outcome r =
+      RunChoir({"run", "-n", "3", "--", "sh", "-c",
+                "echo ENV $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR "
+                "$MASTER_PORT $CHOIR_STORE_ADDR $CHOIR_JOB_ID $CHOIR_LAUNCHER $KEPT_FROM_TEST"},
+               {"KEPT_FROM_TEST=kept", "RANK=99"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::set<std::string> master_ports, store_addrs, job_ids;
+  std::set<int> ranks;
+  for (const std::string& line : Lines(r.out)) {
+    // [r] ENV RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
+    //     CHOIR_STORE_ADDR CHOIR_JOB_ID CHOIR_LAUNCHER KEPT_FROM_TEST
+    const std::vector<std::string> w = Words(line);
+    ASSERT_EQ(w.size(), 13u) << line;
+    ASSERT_EQ(w[1], "ENV") << line;
+    EXPECT_EQ(w[0], "[" + w[2] + "]") << "prefix and RANK differ";
+    ranks.insert(std::stoi(w[2]));
+    EXPECT_EQ(w[3], "3");   // WORLD_SIZE
+    EXPECT_EQ(w[4], w[2]);  // LOCAL_RANK == RANK on one node
+    EXPECT_EQ(w[5], "3");   // LOCAL_WORLD_SIZE
+    EXPECT_EQ(w[6], "0");   // GROUP_RANK
+    EXPECT_EQ(w[7], "127.0.0.1");
+    master_ports.insert(w[8]);
+    store_addrs.insert(w[9]);
+    job_ids.insert(w[10]);
+    EXPECT_EQ(w[11], "1");     // CHOIR_LAUNCHER
+    EXPECT_EQ(w[12], "kept");  // the rest of the environment is passed on
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2})) << r.out;
+  ASSERT_EQ(master_ports.size(), 1u);
+  ASSERT_EQ(store_addrs.size(), 1u);
+  ASSERT_EQ(job_ids.size(), 1u);
+  std::string store_host;
+  int store_port = 0;
+  ASSERT_TRUE(net::SplitHostPort(*store_addrs.begin(), &store_host, &store_port).ok());
+  EXPECT_EQ(store_host, "127.0.0.1");
+  EXPECT_NE(std::to_string(store_port), *master_ports.begin())
+      << "the choir store must not take PyTorch's MASTER_PORT";
+  EXPECT_GE(job_ids.begin()->size(), 8u);
+}
+
+TEST(RunTest, JobIdComesFromEnvironment) {
+  const Outcome r =
+      RunChoir({"run", "-n", "2", "sh", "-c", "echo job=$CHOIR_JOB_ID"}, {"CHOIR_JOB_ID=myjob42"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ChoirProcess::CountLines(r.out, "job=myjob42"), 2) << r.out;
+}
+
+TEST(RunTest, StoreIsReachableFromEveryRank) {
+  const Outcome r = RunChoir({"run", "-n", "3", CHOIR_STORE_CLIENT_PATH});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(ChoirProcess::CountLines(r.out, "store ok rank"), 3) << r.out;
+  EXPECT_EQ(ChoirProcess::CountLines(r.out, "arrived 3"), 3) << r.out;
+}
+
+TEST(RunTest, AllreduceAcrossTheRanksOfOneLauncher) {
+  const Outcome r = RunChoir({"run", "-n", "3", CHOIR_ALLREDUCE_RANK_PATH});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(ChoirProcess::CountLines(r.out, "allreduce ok rank"), 3) << r.out;
+  EXPECT_EQ(ChoirProcess::CountLines(r.out, "of 3 sum 6"), 3) << r.out;
+  EXPECT_EQ(r.err.find("not a choir setting"), std::string::npos)
+      << "the launcher sets a CHOIR_* variable the settings table does not know:\n"
+      << r.err;
+}
+
+TEST(RunTest, PeersOfAFailedRankReportItThemselvesWithinTheGracePeriod) {
+  const Outcome r = RunChoir({"run", "-n", "4", CHOIR_ALLREDUCE_RANK_PATH, "rank1-exits-3"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_LT(r.seconds, 2.5) << "the peers should fail by themselves, long before SIGTERM";
+  EXPECT_NE(r.err.find("E600 RankFailed: rank 1 (pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ranks 0,2,3 exited by themselves"), std::string::npos) << r.err;
+  for (const char* rank : {"[0] ", "[2] ", "[3] "}) {
+    EXPECT_NE(r.err.find(std::string(rank) + "allreduce: E304 PeerLost"), std::string::npos)
+        << r.err;
+  }
+}
+
+// ------------------------------------------------------------------ output
+
+TEST(RunTest, PrefixesEveryLineWithItsRankAndFlushesPartialLines) {
+  const Outcome r = RunChoir(
+      {"run", "-n", "2", "sh", "-c", "printf 'first\\nsecond\\nno newline'; echo oops >&2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* rank : {"[0] ", "[1] "}) {
+    for (const char* text : {"first", "second", "no newline"}) {
+      EXPECT_NE(r.out.find(std::string(rank) + text + "\n"), std::string::npos)
+          << rank << text << " missing in:\n"
+          << r.out;
+    }
+    EXPECT_NE(r.err.find(std::string(rank) + "oops\n"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find(std::string(rank) + "oops"), std::string::npos)
+        << "stderr leaked to stdout";
+  }
+}
+
+TEST(RunTest, LineWithoutNewlineIsSplitAtTheBufferLimit) {
+  // 100000 bytes and no newline: one 65536-byte piece, then the rest at EOF.
+  const Outcome r =
+      RunChoir({"run", "-n", "1", "sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "[0] " + std::string(65536, 'x'));
+  EXPECT_EQ(lines[1], "[0] " + std::string(100000 - 65536, 'x'));
+}
+
+TEST(RunTest, NoTagOutputPassesOutputThrough) {
+  const Outcome r = RunChoir({"run", "-n", "2", "--no-tag-output", "sh", "-c", "echo plain"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "plain\nplain\n");
+}
+
+TEST(RunTest, ProgramFlagsAreNotParsedByTheLauncher) {
+  const Outcome r = RunChoir({"run", "-n", "1", "sh", "-c", "echo \"$0 $1\"", "-n", "--bogus"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "[0] -n --bogus\n");
+}
+
+// ------------------------------------------------------------------ failures
+
+TEST(RunTest, FailingRankStopsTheOthersAndSetsTheExitCode) {
+  ChoirProcess p({"run", "-n", "4", "--grace", "0.5", "--", "sh", "-c",
+                  "if [ $RANK = 2 ]; then sleep 0.5; exit 3; fi; echo pid $$; exec sleep 30"});
+  const Outcome r = p.Wait(8);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_LT(r.seconds, 5);
+  EXPECT_EQ(CountSummaryLines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("choir run: E600 RankFailed: rank 2 (pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with code 3 after"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("stopped ranks 0,1,3"), std::string::npos) << r.err;
+  const std::vector<pid_t> pids = PrintedPids(r.out);
+  EXPECT_EQ(pids.size(), 3u) << r.out;
+  for (pid_t pid : pids) EXPECT_TRUE(ProcessGone(pid)) << "rank pid " << pid << " left behind";
+}
+
+TEST(RunTest, RanksExitingByThemselvesWithinGraceAreNotStopped) {
+  const Outcome r = RunChoir(
+      {"run", "-n", "3", "--", "sh", "-c", "if [ $RANK = 0 ]; then exit 5; fi; sleep 0.3; exit 1"});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_LT(r.seconds, 3) << "the others exited by themselves; no need to wait the grace period";
+  EXPECT_NE(r.err.find("rank 0 (pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ranks 1,2 exited by themselves"), std::string::npos) << r.err;
+}
+
+TEST(RunTest, RankKilledBySignalGives128PlusSignal) {
+  ChoirProcess p({"run", "-n", "3", "--grace", "0.2", "--", "sh", "-c",
+                  "if [ $RANK = 1 ]; then kill -9 $$; fi; echo pid $$; exec sleep 30"});
+  const Outcome r = p.Wait(8);
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.err;
+  EXPECT_NE(r.err.find("rank 1 (pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("was killed by signal 9 (SIGKILL)"), std::string::npos) << r.err;
+  EXPECT_EQ(CountSummaryLines(r.err), 1) << r.err;
+  for (pid_t pid : PrintedPids(r.out)) EXPECT_TRUE(ProcessGone(pid));
+}
+
+TEST(RunTest, RanksIgnoringSigtermAreKilled) {
+  // sleep inherits the ignored SIGTERM, so only SIGKILL (2 s after SIGTERM) stops it.
+  ChoirProcess p({"run", "-n", "2", "--grace", "0", "--", "sh", "-c",
+                  "trap '' TERM; if [ $RANK = 0 ]; then sleep 0.5; exit 4; fi; echo pid $$; "
+                  "exec sleep 30"});
+  const Outcome r = p.Wait(8);
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_GE(r.seconds, 1.5);
+  EXPECT_LT(r.seconds, 5);
+  for (pid_t pid : PrintedPids(r.out)) EXPECT_TRUE(ProcessGone(pid));
+}
+
+TEST(RunTest, SigtermToTheLauncherStopsEveryRank) {
+  ChoirProcess p({"run", "-n", "3", "--", "sh", "-c", "echo pid $$; exec sleep 30"});
+  ASSERT_TRUE(p.WaitForLines("] pid ", 3, 5)) << p.out();
+  const double sent = NowSeconds();
+  ASSERT_EQ(kill(p.pid(), SIGTERM), 0);
+  const Outcome r = p.Wait(8);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_LT(NowSeconds() - sent, 3);
+  EXPECT_NE(r.err.find("received SIGTERM"), std::string::npos) << r.err;
+  EXPECT_EQ(CountSummaryLines(r.err), 1) << r.err;
+  const std::vector<pid_t> pids = PrintedPids(r.out);
+  EXPECT_EQ(pids.size(), 3u);
+  for (pid_t pid : pids) EXPECT_TRUE(ProcessGone(pid)) << "rank pid " << pid << " left behind";
+}
+
+TEST(RunTest, SigkillOfTheLauncherTakesTheRanksAlong) {
+  ChoirProcess p({"run", "-n", "2", "--", "sh", "-c", "echo pid $$; exec sleep 30"});
+  ASSERT_TRUE(p.WaitForLines("] pid ", 2, 5)) << p.out();
+  ASSERT_EQ(kill(p.pid(), SIGKILL), 0);
+  const Outcome r = p.Wait(5);
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);
+  for (pid_t pid : PrintedPids(r.out)) EXPECT_TRUE(ProcessGone(pid)) << "rank pid " << pid;
+}
+
+TEST(RunTest, ProgramThatDoesNotExistIsLaunchFailed) {
+  const Outcome r = RunChoir({"run", "-n", "2", "--", "no-such-program-choir-test", "x"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_NE(r.err.find("E601 LaunchFailed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no-such-program-choir-test"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST(RunTest, ProgramThatCannotBeExecutedIsLaunchFailed) {
+  const Outcome r = RunChoir({"run", "-n", "2", "--", "/dev/null"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_NE(r.err.find("E601 LaunchFailed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/dev/null"), std::string::npos) << r.err;
+}
+
+// ------------------------------------------------------------------ usage
+
+struct BadFlags {
+  const char* name;
+  std::vector<std::string> args;
+};
+
+// Lets ctest show ".../ExitTwoWithUsageError/ZeroRanks" instead of bytes.
+void PrintTo(const BadFlags& flags, std::ostream* os) { *os << flags.name; }
+
+class BadFlagsTest : public ::testing::TestWithParam<BadFlags> {};
+
+TEST_P(BadFlagsTest, ExitTwoWithUsageError) {
+  const Outcome r = RunChoir(GetParam().args);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(strings::StartsWith(r.err, "E602 UsageError: ")) << r.err;
+  EXPECT_NE(r.err.find("--help"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cli, BadFlagsTest,
+    ::testing::Values(BadFlags{"ZeroRanks", {"run", "-n", "0", "true"}},
+                      BadFlags{"NegativeRanks", {"run", "-n", "-1", "true"}},
+                      BadFlags{"RanksNotANumber", {"run", "-n", "abc", "true"}},
+                      BadFlags{"UnknownFlag", {"run", "--bogus", "true"}},
+                      BadFlags{"NoProgram", {"run", "-n", "2"}},
+                      BadFlags{"NegativeGrace", {"run", "--grace", "-1", "true"}},
+                      BadFlags{"SeveralNodesWithoutMasterAddr", {"run", "--nnodes", "2", "true"}},
+                      BadFlags{"NodeRankOutOfRange",
+                               {"run", "--nnodes", "2", "--node-rank", "2", "--master-addr",
+                                "127.0.0.1", "true"}},
+                      BadFlags{"MasterPortLeavesNoRoomForTheStore",
+                               {"run", "--master-port", "65535", "true"}},
+                      BadFlags{"TimeoutNotADuration", {"run", "--timeout", "soon", "true"}},
+                      BadFlags{"UnknownSubcommand", {"no-such-subcommand"}},
+                      BadFlags{"NoSubcommand", {}}, BadFlags{"DoctorWithoutSubcommand", {"doctor"}},
+                      BadFlags{"ExplainWithoutCode", {"doctor", "explain"}},
+                      BadFlags{"ExplainUnknownCode", {"doctor", "explain", "E999"}},
+                      BadFlags{"ExplainCodeAndAll", {"doctor", "explain", "--all", "401"}}));
+
+TEST(UsageTest, HintNamesTheInnermostCommand) {
+  const Outcome r = RunChoir({"doctor", "explain", "NoSuchError"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("'choir doctor explain --help'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("NoSuchError"), std::string::npos) << r.err;
+}
+
+// ------------------------------------------------------------------ several nodes
+
+std::vector<std::string> NodeArgs(int node_rank, int port, const std::string& program) {
+  return {"run",
+          "--nnodes",
+          "2",
+          "--node-rank",
+          std::to_string(node_rank),
+          "--nproc_per_node",
+          "2",
+          "--master_addr",
+          "127.0.0.1",
+          "--master_port",
+          std::to_string(port),
+          "--timeout",
+          "6",
+          program};
+}
+
+TEST(MultiNodeTest, TwoLaunchersOnLoopbackFormOneJob) {
+  const int port = FreePortPair();
+  ASSERT_GT(port, 0);
+  // Node 1 first: it must wait for node 0's store to come up.
+  ChoirProcess node1(NodeArgs(1, port, CHOIR_STORE_CLIENT_PATH));
+  usleep(200000);
+  ChoirProcess node0(NodeArgs(0, port, CHOIR_STORE_CLIENT_PATH));
+  const Outcome r1 = node1.Wait(9);
+  const Outcome r0 = node0.Wait(9);
+  ASSERT_EQ(r0.exit_code, 0) << r0.out << r0.err;
+  ASSERT_EQ(r1.exit_code, 0) << r1.out << r1.err;
+  EXPECT_NE(r0.out.find("[0] store ok rank 0 of 4 arrived"), std::string::npos) << r0.out;
+  EXPECT_NE(r0.out.find("[1] store ok rank 1 of 4 arrived"), std::string::npos) << r0.out;
+  EXPECT_NE(r1.out.find("[2] store ok rank 2 of 4 arrived"), std::string::npos) << r1.out;
+  EXPECT_NE(r1.out.find("[3] store ok rank 3 of 4 arrived"), std::string::npos) << r1.out;
+}
+
+TEST(MultiNodeTest, AllreduceAcrossTwoLaunchers) {
+  const int port = FreePortPair();
+  ASSERT_GT(port, 0);
+  ChoirProcess node0(NodeArgs(0, port, CHOIR_ALLREDUCE_RANK_PATH));
+  ChoirProcess node1(NodeArgs(1, port, CHOIR_ALLREDUCE_RANK_PATH));
+  const Outcome r0 = node0.Wait(9);
+  const Outcome r1 = node1.Wait(9);
+  ASSERT_EQ(r0.exit_code, 0) << r0.out << r0.err;
+  ASSERT_EQ(r1.exit_code, 0) << r1.out << r1.err;
+  EXPECT_EQ(ChoirProcess::CountLines(r0.out, "of 4 sum 10"), 2) << r0.out;
+  EXPECT_EQ(ChoirProcess::CountLines(r1.out, "of 4 sum 10"), 2) << r1.out;
+}
+
+TEST(MultiNodeTest, EnvironmentOnTheSecondNode) {
+  const int port = FreePortPair();
+  ASSERT_GT(port, 0);
+  const std::string script =
+      "echo ENV $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_PORT "
+      "$CHOIR_STORE_ADDR";
+  std::vector<std::string> args0 = NodeArgs(0, port, "sh");
+  std::vector<std::string> args1 = NodeArgs(1, port, "sh");
+  for (auto* args : {&args0, &args1}) {
+    args->push_back("-c");
+    args->push_back(script);
+  }
+  ChoirProcess node0(args0);
+  ChoirProcess node1(args1);
+  const Outcome r0 = node0.Wait(9);
+  const Outcome r1 = node1.Wait(9);
+  ASSERT_EQ(r0.exit_code, 0) << r0.err;
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  const std::string p = std::to_string(port);
+  const std::string s = "127.0.0.1:" + std::to_string(port + 1);
+  EXPECT_NE(r0.out.find("[1] ENV 1 4 1 2 0 " + p + " " + s + "\n"), std::string::npos) << r0.out;
+  EXPECT_NE(r1.out.find("[2] ENV 2 4 0 2 1 " + p + " " + s + "\n"), std::string::npos) << r1.out;
+  EXPECT_NE(r1.out.find("[3] ENV 3 4 1 2 1 " + p + " " + s + "\n"), std::string::npos) << r1.out;
+}
+
+TEST(MultiNodeTest, MissingNodeIsANumberedTimeoutNamingIt) {
+  const int port = FreePortPair();
+  ASSERT_GT(port, 0);
+  std::vector<std::string> args = NodeArgs(0, port, "true");
+  args[args.size() - 2] = "1";  // --timeout 1
+  const Outcome r = RunChoir(args);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_LT(r.seconds, 4);
+  EXPECT_TRUE(strings::StartsWith(r.err, "E200 StoreTimeout: ")) << r.err;
+  EXPECT_NE(r.err.find("missing node ranks: 1"), std::string::npos) << r.err;
+}
+
+TEST(MultiNodeTest, MissingNodeZeroIsNamedByTheOthers) {
+  const int port = FreePortPair();
+  ASSERT_GT(port, 0);
+  std::vector<std::string> args = NodeArgs(1, port, "true");
+  args[args.size() - 2] = "1";
+  const Outcome r = RunChoir(args);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_LT(r.seconds, 4);
+  EXPECT_TRUE(strings::StartsWith(r.err, "E201 StoreUnreachable: ")) << r.err;
+  EXPECT_NE(r.err.find("missing node ranks: 0"), std::string::npos) << r.err;
+}
+
+// ------------------------------------------------------------------ doctor
+
+TEST(DoctorTest, ExplainAcceptsNumberENumberAndName) {
+  for (const char* code : {"401", "E401", "CollectiveMismatch", "collectivemismatch"}) {
+    const Outcome r = RunChoir({"doctor", "explain", code});
+    EXPECT_EQ(r.exit_code, 0) << code << r.err;
+    EXPECT_TRUE(strings::StartsWith(r.out, "E401 CollectiveMismatch")) << r.out;
+    EXPECT_NE(r.out.find("Likely causes:"), std::string::npos);
+    EXPECT_NE(r.out.find("Fix:"), std::string::npos);
+  }
+}
+
+TEST(DoctorTest, ParamsListsEverySettingWithItsSource) {
+  const Outcome r = RunChoir({"doctor", "params"}, {"CHOIR_TRANSPORT=tcp"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::vector<std::string>> rows;  // first word -> words
+  for (const std::string& line : Lines(r.out)) {
+    const std::vector<std::string> w = Words(line);
+    if (!w.empty()) rows[w[0]] = w;
+  }
+  ASSERT_GE(rows["CHOIR_TRANSPORT"].size(), 4u) << r.out;
+  EXPECT_EQ(rows["CHOIR_TRANSPORT"][1], "tcp");
+  EXPECT_EQ(rows["CHOIR_TRANSPORT"][2], "environment");
+  ASSERT_GE(rows["CHOIR_TIMEOUT"].size(), 4u) << r.out;
+  EXPECT_EQ(rows["CHOIR_TIMEOUT"][1], "300");
+  EXPECT_EQ(rows["CHOIR_TIMEOUT"][2], "default");
+}
+
+TEST(DoctorTest, ParamsReportsRejectedValuesAndUnknownVariables) {
+  const Outcome r = RunChoir({"doctor", "params"}, {"CHOIR_TIMEOUT=soon", "CHOIR_TIMEOT=5"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("INVALID: 'soon' from environment rejected"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CHOIR_TIMEOT is set in the environment but is not a choir setting; did "
+                       "you mean CHOIR_TIMEOUT?"),
+            std::string::npos)
+      << r.out;
+  EXPECT_TRUE(strings::StartsWith(r.err, "E105 InvalidSetting: CHOIR_TIMEOUT")) << r.err;
+}
+
+TEST(DoctorTest, ParamsJson) {
+  const Outcome r = RunChoir({"doctor", "params", "--json"}, {"CHOIR_TIMEOUT=soon"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("\"ok\": false"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"name\": \"CHOIR_TIMEOUT\""), std::string::npos);
+  EXPECT_NE(r.out.find("\"source\": \"default\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace choir
