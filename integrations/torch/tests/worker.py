@@ -33,7 +33,9 @@ def init(backend="choir", timeout=TIMEOUT):
 
 
 def write_result(result):
-    with open(os.environ["TORCH_TEST_RESULT_FILE"], "w") as f:
+    # "{rank}" in the name: one file per rank when every rank gets the same
+    # environment (under `choir run`).
+    with open(os.environ["TORCH_TEST_RESULT_FILE"].replace("{rank}", str(RANK)), "w") as f:
         json.dump(result, f)
 
 
