@@ -492,7 +492,7 @@ struct ProcessGroupChoir::Call {
   std::vector<at::Tensor> keep;
   // Copies results out of staging buffers after success (may be empty).
   std::vector<std::function<void()>> finish;
-  bool any_source = false;  // recvAnysource: report the sender
+  bool report_source = false;  // recv: report the sender (WorkInfo::source_rank)
 
   void Keep(const at::Tensor& t) { keep.push_back(t); }
   void Then(std::function<void()> f) {
@@ -587,11 +587,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::Issue(Call& call) {
     return work;
   }
   completion->left.store(works.size());
-  const bool any_source = call.any_source;
+  const bool report_source = call.report_source;
   for (const Work& w : works) {
-    // The callback holds a copy of `w` only to read the sender of a
-    // recv-from-any; the copy goes away with the callback.
-    w.Then([completion, w = any_source ? w : Work()](const Status& s) {
+    // The callback holds a copy of `w` only to read the sender of a recv;
+    // the copy goes away with the callback.
+    w.Then([completion, w = report_source ? w : Work()](const Status& s) {
       completion->Done(s, w.info().source_rank);
     });
   }
@@ -1062,7 +1062,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::recv(std::vector<at::Tensor>& 
   if (Status s = CheckTensor(t, "recv tensor"); !s.ok()) FailArgument(s);
   const bool any = src_rank == Communicator::kAnySource;
   Call call(any ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, tensors);
-  call.any_source = true;
+  call.report_source = true;
   at::Tensor dst = Dense(t);
   const Elements e = MoveType(t.scalar_type());
   void* p = dst.data_ptr();

@@ -78,7 +78,7 @@ def test_work_wait_timeout_then_completion():
     launched = ranks.launch("wait_timeout", 2, timeout=60)
     result = launched[0].result
     assert error_code(result["error"]) == "E400", result
-    assert 0.25 < result["seconds"] < 1.2, result
+    assert 0.25 < result["seconds"] < 3, result
     assert result["later_ok"], result
 
 
