@@ -15,7 +15,7 @@ WORLD_SIZES = [1, 2, 3, 4]
 OPERATIONS = [
     "broadcast", "allreduce", "allreduce_coalesced", "reduce", "allgather", "_allgather_base",
     "allgather_coalesced", "gather", "scatter", "reduce_scatter", "_reduce_scatter_base",
-    "alltoall_base", "alltoall", "barrier", "future", "async", "threads",
+    "alltoall_base", "alltoall", "barrier", "future", "async", "threads", "fsdp_pattern",
 ]
 # Point-to-point needs a peer: these run from 2 ranks up.
 P2P_OPERATIONS = ["send_recv", "isend_irecv", "recv_anysource"]

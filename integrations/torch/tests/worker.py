@@ -495,6 +495,32 @@ def check_threads():
         raise AssertionError("a thread did not finish")
 
 
+def check_fsdp_pattern(dtype):
+    """What FSDP's FULL_SHARD does with a flat parameter: all-gather the shards
+    into the full parameter, compute, reduce-scatter the full gradient back to
+    the shards (pre-divided by the world size), and clip with a norm allreduce."""
+    numel = 1000 + 7  # not a multiple of the world size: FSDP pads
+    padded = (numel + WORLD - 1) // WORLD * WORLD
+    shard_len = padded // WORLD
+    full_ref = torch.arange(padded, dtype=torch.float64) / 100
+    full_ref[numel:] = 0
+    shard = full_ref[RANK * shard_len:(RANK + 1) * shard_len].to(dtype).clone()
+    full = torch.empty(padded, dtype=dtype)
+    dist._all_gather_base(full, shard)
+    assert_values(full, full_ref.to(dtype).double().tolist(), "unsharded parameter")
+    grad = (full * (RANK + 1)).div_(WORLD)
+    grad_shard = torch.empty(shard_len, dtype=dtype)
+    dist._reduce_scatter_base(grad_shard, grad)
+    scale = sum(r + 1 for r in range(WORLD)) / WORLD
+    want = (full_ref.to(dtype).double() * scale)[RANK * shard_len:(RANK + 1) * shard_len]
+    assert_values(grad_shard, want.tolist(), "gradient shard")
+    norm = grad_shard.double().pow(2).sum()
+    dist.all_reduce(norm)
+    want_norm = (full_ref.to(dtype).double() * scale).pow(2).sum().item()
+    if abs(norm.item() - want_norm) > 1e-2 * want_norm:
+        raise AssertionError(f"gradient norm^2 {norm.item()} != {want_norm}")
+
+
 def scenario_ops():
     """Every operation, dtype and reduce op, with values checked; one result per check."""
     init()
@@ -548,6 +574,8 @@ def scenario_ops():
         c.run("send_recv/float32/large", check_send_recv, torch.float32, "contig", LARGE)
         c.run("isend_irecv/float32", check_isend_irecv)
         c.run("recv_anysource/int64", check_recv_anysource)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        c.run(f"fsdp_pattern/{dname(dtype)}", check_fsdp_pattern, dtype)
     c.run("barrier/default", check_barrier)
     c.run("future/then", check_future_then)
     c.run("async/order", check_async_order)
