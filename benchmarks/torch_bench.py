@@ -13,9 +13,10 @@ and other load hit both alike. Reported: the median over rounds, the spread
 
 - latency: p50 of `dist.all_reduce` on 8 bytes (2 float32), over --latency-iters calls.
 - busbw: allreduce of 16..256 MiB float32; busbw = bytes / time * 2(n-1)/n.
-- ddp: step time (forward, backward with DDP's bucket allreduces, AdamW step)
-  of examples/torch/train.py's language model, in a configuration where
-  communication matters (see --ddp-* flags and docs/performance.md).
+- ddp: step time (forward, backward with DDP's bucket allreduces, optimizer
+  step) of examples/torch/train.py's language model, in a configuration where
+  communication matters: many parameters, few tokens per rank (see the --ddp-*
+  flags and docs/performance.md).
 """
 import argparse
 import datetime
@@ -42,10 +43,11 @@ def parse_args(argv=None):
     p.add_argument("--latency-iters", type=int, default=3000)
     p.add_argument("--sizes-mib", default="16,32,64,128,256")
     p.add_argument("--busbw-iters", type=int, default=3, help="allreduces per size, backend and round")
-    p.add_argument("--ddp-dim", type=int, default=512)
-    p.add_argument("--ddp-layers", type=int, default=4)
-    p.add_argument("--ddp-seq-len", type=int, default=8)
+    p.add_argument("--ddp-dim", type=int, default=768)
+    p.add_argument("--ddp-layers", type=int, default=2)
+    p.add_argument("--ddp-seq-len", type=int, default=4)
     p.add_argument("--ddp-batch-size", type=int, default=1)
+    p.add_argument("--ddp-optimizer", default="sgd", choices=["sgd", "adamw"])
     p.add_argument("--ddp-steps", type=int, default=3, help="timed steps per backend and round")
     p.add_argument("--timeout", type=float, default=1800, help="wall-clock limit of the whole run, seconds")
     p.add_argument("--json", help="write the raw results here")
@@ -122,13 +124,19 @@ def rank_main(args):
         for b in BACKENDS:
             torch.manual_seed(0)
             model = example.LanguageModel(args.ddp_dim, args.ddp_layers, 4, args.ddp_seq_len)
-            ddp = DDP(model, process_group=groups[b])
-            opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
+            # gradient_as_bucket_view: no copy between gradients and buckets
+            # (the same for both backends; it leaves more of the step to communication).
+            ddp = DDP(model, process_group=groups[b], gradient_as_bucket_view=True)
+            if args.ddp_optimizer == "adamw":
+                opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
+            else:
+                opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
             trainers[b] = (ddp, opt)
         n_params = sum(p.numel() for p in model.parameters())
         results["ddp_config"] = {"parameters": n_params, "gradient_mib": 4 * n_params / 2**20,
                                  "tokens_per_rank": args.ddp_batch_size * args.ddp_seq_len,
-                                 "dim": args.ddp_dim, "layers": args.ddp_layers}
+                                 "dim": args.ddp_dim, "layers": args.ddp_layers,
+                                 "optimizer": args.ddp_optimizer}
 
         def ddp_steps(b):
             ddp, opt = trainers[b]

@@ -501,8 +501,9 @@ struct ProcessGroupChoir::Call {
 };
 
 ProcessGroupChoir::ProcessGroupChoir(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                     int size, std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size) {
+                                     int size, std::chrono::milliseconds timeout,
+                                     BlockingRegion blocking)
+    : c10d::ProcessGroup(rank, size), blocking_(std::move(blocking)) {
   CommOptions options;
   options.timeout = timeout;
   auto comm = Communicator::Create(std::make_shared<TorchStore>(store), rank, size, options);
@@ -511,8 +512,16 @@ ProcessGroupChoir::ProcessGroupChoir(const c10::intrusive_ptr<c10d::Store>& stor
   init();
 }
 
-// Destroying the communicator waits for queued operations to finish.
-ProcessGroupChoir::~ProcessGroupChoir() = default;
+// Destroying the communicator waits for queued operations to finish; their
+// completion callbacks may need what this thread holds (see BlockingRegion).
+ProcessGroupChoir::~ProcessGroupChoir() {
+  const auto drain = [this] { comm_.reset(); };
+  if (blocking_) {
+    blocking_(drain);
+  } else {
+    drain();
+  }
+}
 
 void ProcessGroupChoir::FailArgument(const Status& status) {
   const std::string text = status.WithContext("rank " + std::to_string(rank_)).ToString();

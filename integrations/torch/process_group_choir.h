@@ -31,6 +31,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -99,11 +100,18 @@ class ChoirWork : public c10d::Work {
 
 class ProcessGroupChoir : public c10d::ProcessGroup {
  public:
+  // Runs a function that may block for a while (the Python module passes one
+  // that releases the GIL around it).
+  using BlockingRegion = std::function<void(const std::function<void()>&)>;
+
   // Joins a communicator of `size` ranks through `store`; `timeout` is the
   // deadline of the rendezvous and the default of every operation. Throws a
   // std::runtime_error carrying the choir error when joining fails.
+  // `blocking` wraps the destructor's wait for queued operations, whose
+  // completion may run callbacks that need a lock the destroying thread
+  // holds (a Python future callback needs the GIL).
   ProcessGroupChoir(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                    std::chrono::milliseconds timeout);
+                    std::chrono::milliseconds timeout, BlockingRegion blocking = nullptr);
   ~ProcessGroupChoir() override;
 
   const std::string getBackendName() const override { return "choir"; }
@@ -167,6 +175,7 @@ class ProcessGroupChoir : public c10d::ProcessGroup {
   static CallOptions ToCallOptions(std::chrono::milliseconds timeout);
 
   std::unique_ptr<Communicator> comm_;
+  BlockingRegion blocking_;
   std::mutex issue_mu_;  // keeps the choir calls of one c10d call together
 };
 

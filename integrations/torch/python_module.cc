@@ -24,6 +24,17 @@ std::chrono::milliseconds ToMillis(std::chrono::duration<float> timeout) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
 }
 
+// Releases the GIL around `f` when this thread holds it: the destructor of a
+// process group waits for operations whose Python future callbacks need it.
+void WithoutGil(const std::function<void()>& f) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    py::gil_scoped_release release;
+    f();
+  } else {
+    f();
+  }
+}
+
 py::dict ErrorInfoDict(const ErrorInfo& info) {
   py::dict d;
   d["code"] = "E" + std::to_string(info.number);
@@ -66,7 +77,8 @@ PYBIND11_MODULE(_C, m) {
       // The constructor waits for every rank: it must not hold the GIL.
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::duration<float> timeout) {
-             return c10::make_intrusive<ProcessGroupChoir>(store, rank, size, ToMillis(timeout));
+             return c10::make_intrusive<ProcessGroupChoir>(store, rank, size, ToMillis(timeout),
+                                                           choir::torch_backend::WithoutGil);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::call_guard<py::gil_scoped_release>())

@@ -89,3 +89,11 @@ def test_rendezvous_timeout_is_store_timeout():
     assert error_code(result["error"]) == "E200", result
     assert "rank(s) 1 of 2 never joined" in result["error"], result
     assert result["seconds"] < 6, result
+
+
+def test_destroying_a_group_with_pending_future_callbacks():
+    """No deadlock between the group's destructor and Python callbacks of its futures."""
+    launched = ranks.launch("destroy_pending", 2, timeout=60)
+    for r in launched:
+        assert r.result["callbacks"] == [2.0] * 4, r.result
+        assert r.result["values"] == [2.0] * 4, r.result

@@ -850,6 +850,22 @@ def scenario_store():
     os._exit(0)
 
 
+def scenario_destroy_pending():
+    """Destroying a group while async ops with Python future callbacks are queued
+    completes them (the destructor must not hold the GIL while it waits)."""
+    init()
+    group = dist.new_group(backend="choir")
+    seen = []
+    ts = [torch.ones(LARGE) for _ in range(4)]
+    for t in ts:
+        dist.all_reduce(t, group=group, async_op=True).get_future().then(lambda f: seen.append(f.value()[0][0].item()))
+    dist.destroy_process_group(group)
+    del group
+    dist.barrier()
+    write_result({"callbacks": seen, "values": [t[0].item() for t in ts]})
+    dist.destroy_process_group()
+
+
 def scenario_latency(iters):
     """p50 of dist.all_reduce on 8 bytes, for the smoke check of the fast path."""
     init()
@@ -888,6 +904,8 @@ def main():
         scenario_wait_timeout()
     elif name == "store":
         scenario_store()
+    elif name == "destroy_pending":
+        scenario_destroy_pending()
     elif name == "latency":
         scenario_latency(int(args[0]))
     else:
