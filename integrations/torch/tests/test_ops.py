@@ -16,6 +16,7 @@ OPERATIONS = [
     "broadcast", "allreduce", "allreduce_coalesced", "reduce", "allgather", "_allgather_base",
     "allgather_coalesced", "gather", "scatter", "reduce_scatter", "_reduce_scatter_base",
     "alltoall_base", "alltoall", "barrier", "future", "async", "threads", "fsdp_pattern",
+    "subgroup",
 ]
 # Point-to-point needs a peer: these run from 2 ranks up.
 P2P_OPERATIONS = ["send_recv", "isend_irecv", "recv_anysource"]

@@ -521,6 +521,20 @@ def check_fsdp_pattern(dtype):
         raise AssertionError(f"gradient norm^2 {norm.item()} != {want_norm}")
 
 
+def check_subgroup():
+    """A group of some ranks (new_group(ranks=...)): members reduce among themselves."""
+    members = [0, WORLD - 1] if WORLD > 1 else [0]
+    group = dist.new_group(ranks=members, backend="choir")  # every rank must call new_group
+    if RANK in members:
+        t = torch.full((3,), float(RANK + 1))
+        dist.all_reduce(t, group=group)
+        want = float(sum(r + 1 for r in members))
+        if t.tolist() != [want] * 3:
+            raise AssertionError(f"subgroup allreduce gave {t.tolist()}, expected {want}")
+        dist.broadcast(t, src=members[-1], group=group)  # global rank as src
+        dist.destroy_process_group(group)
+
+
 def scenario_ops():
     """Every operation, dtype and reduce op, with values checked; one result per check."""
     init()
@@ -576,6 +590,7 @@ def scenario_ops():
         c.run("recv_anysource/int64", check_recv_anysource)
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         c.run(f"fsdp_pattern/{dname(dtype)}", check_fsdp_pattern, dtype)
+    c.run("subgroup/first_and_last", check_subgroup)
     c.run("barrier/default", check_barrier)
     c.run("future/then", check_future_then)
     c.run("async/order", check_async_order)
