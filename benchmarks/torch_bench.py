@@ -45,9 +45,11 @@ def parse_args(argv=None):
     p.add_argument("--busbw-iters", type=int, default=3, help="allreduces per size, backend and round")
     p.add_argument("--ddp-dim", type=int, default=768)
     p.add_argument("--ddp-layers", type=int, default=2)
-    p.add_argument("--ddp-seq-len", type=int, default=4)
+    p.add_argument("--ddp-seq-len", type=int, default=8)
     p.add_argument("--ddp-batch-size", type=int, default=1)
     p.add_argument("--ddp-optimizer", default="sgd", choices=["sgd", "adamw"])
+    p.add_argument("--ddp-precision", default="bf16", choices=["bf16", "fp32"],
+                   help="bf16: forward/backward under bfloat16 autocast (gradients stay float32)")
     p.add_argument("--ddp-steps", type=int, default=3, help="timed steps per backend and round")
     p.add_argument("--timeout", type=float, default=1800, help="wall-clock limit of the whole run, seconds")
     p.add_argument("--json", help="write the raw results here")
@@ -136,7 +138,7 @@ def rank_main(args):
         results["ddp_config"] = {"parameters": n_params, "gradient_mib": 4 * n_params / 2**20,
                                  "tokens_per_rank": args.ddp_batch_size * args.ddp_seq_len,
                                  "dim": args.ddp_dim, "layers": args.ddp_layers,
-                                 "optimizer": args.ddp_optimizer}
+                                 "optimizer": args.ddp_optimizer, "precision": args.ddp_precision}
 
         def ddp_steps(b):
             ddp, opt = trainers[b]
@@ -145,8 +147,9 @@ def rank_main(args):
                 x, y = next(data)
                 dist.barrier(group=groups[b])
                 start = time.perf_counter()
-                logits = ddp(x)
-                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), y.reshape(-1))
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.ddp_precision == "bf16"):
+                    logits = ddp(x)
+                loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, 256), y.reshape(-1))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()

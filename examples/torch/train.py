@@ -18,8 +18,14 @@ all ranks, the communication share and the MFU:
   network was busy, not only the time the step waited for it.
 - MFU: model FLOPs per step (6 x parameters x tokens for the matmuls, plus
   the attention scores) / step time / peak FLOP/s of all ranks. The peak is
-  measured once per rank with a timed float32 matmul on the threads this rank
-  uses, or given with --peak-flops (per rank).
+  measured once per rank with a timed matmul in the training precision on the
+  threads this rank uses, or given with --peak-flops (per rank).
+
+--precision bf16 runs forward and backward under bfloat16 autocast (weights,
+gradients, optimizer and communication stay float32); on CPUs with AVX512-BF16
+or AMX, oneDNN makes that many times faster than float32 (Debian's torch uses
+the reference BLAS for float32). The default, auto, takes bf16 when a timed
+matmul says it is faster on every rank.
 
 --zero shards the AdamW state with ZeroRedundancyOptimizer (and consolidates
 it on rank 0 at the end, as a checkpoint would).
@@ -67,6 +73,7 @@ def parse_args(argv=None):
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=4, help="sequences per rank per step")
     p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     p.add_argument("--bucket-cap-mb", type=float, default=25, help="DDP gradient bucket size")
     p.add_argument("--peak-flops", type=float, default=0, help="peak FLOP/s per rank (0: measure)")
     p.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: cores / local ranks)")
@@ -158,10 +165,10 @@ class LanguageModel(nn.Module):
 # ---------------------------------------------------------------------------
 # Measurements
 
-def measure_peak_flops(size=512, trials=5, seconds=0.2):
-    """FLOP/s of a float32 matmul on this rank's threads: the best of a few
-    short trials, so that a moment of contention does not lower the peak."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def measure_peak_flops(dtype=torch.float32, size=512, trials=5, seconds=0.2):
+    """FLOP/s of a matmul on this rank's threads: the best of a few short
+    trials, so that a moment of contention does not lower the peak."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     a @ b
     best = 0.0
     for _ in range(trials):
@@ -208,6 +215,17 @@ class CommTimer:
 
 # ---------------------------------------------------------------------------
 
+def choose_bf16(precision):
+    """Whether to compute under bfloat16 autocast; "auto" asks every rank's
+    matmul speed and takes bf16 only when all of them find it faster."""
+    if precision != "auto":
+        return precision == "bf16"
+    faster = measure_peak_flops(torch.bfloat16, trials=2) > 1.5 * measure_peak_flops(torch.float32, trials=2)
+    vote = torch.tensor([1 if faster else 0])
+    dist.all_reduce(vote, op=dist.ReduceOp.MIN)
+    return bool(vote.item())
+
+
 def setup(args):
     if "RANK" not in os.environ:  # single process
         with socket.socket() as s:
@@ -240,12 +258,14 @@ def main(argv=None):
     else:
         opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
 
-    peak = args.peak_flops or measure_peak_flops()
+    bf16 = choose_bf16(args.precision)
+    peak = args.peak_flops or measure_peak_flops(torch.bfloat16 if bf16 else torch.float32)
     flops_step = model.flops_per_token(args.seq_len) * args.batch_size * args.seq_len * world
     tokens_step = args.batch_size * args.seq_len * world
     data = batches(load_text(), args.batch_size, args.seq_len, rank, args.seed)
     if rank == 0 and not args.quiet:
-        print(f"backend {args.backend}{' + ZeRO' if args.zero else ''}, {world} ranks x {threads} threads, "
+        print(f"backend {args.backend}{' + ZeRO' if args.zero else ''}, {'bf16 autocast' if bf16 else 'fp32'}, "
+              f"{world} ranks x {threads} threads, "
               f"{n_params / 1e6:.2f} M parameters ({4 * n_params / 2**20:.1f} MiB of gradients), "
               f"{tokens_step} tokens/step, peak {peak / 1e9:.1f} GFLOP/s per rank", flush=True)
 
@@ -254,8 +274,9 @@ def main(argv=None):
     for step in range(args.steps):
         x, y = next(data)
         start = time.perf_counter()
-        logits = ddp(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = ddp(x)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -279,7 +300,8 @@ def main(argv=None):
 
     measured = sorted(steps[args.warmup_steps:], key=lambda r: r["step_ms"]) or steps
     median = measured[len(measured) // 2]
-    summary = {"backend": args.backend, "zero": args.zero, "world_size": world, "threads": threads,
+    summary = {"backend": args.backend, "zero": args.zero, "precision": "bf16" if bf16 else "fp32",
+               "world_size": world, "threads": threads,
                "parameters": n_params, "tokens_per_step": tokens_step, "peak_flops_per_rank": peak,
                "median_step_ms": median["step_ms"], "min_step_ms": measured[0]["step_ms"],
                "max_step_ms": measured[-1]["step_ms"],
