@@ -38,6 +38,12 @@
   X(BufferTooSmall, 107, false, "A buffer or split list does not match the counts given.",       \
     "Split sizes that do not add up to the buffer; a counts vector of the wrong length.",       \
     "Make counts/splits have one entry per rank and sum to the buffer length.")                 \
+  X(BadTopologyFile, 109, false, "A topology file (rank table) is malformed or does not fit the job.", \
+    "A JSON syntax error; a misspelled field; a rank listed twice, on no host or outside the "  \
+    "world; groups that overlap or leave out a rank of their host; a bandwidth <= 0; a file "   \
+    "written for another world size or by a newer choir.",                                      \
+    "Fix the field on the line the message names (docs/topology.md lists every field); check " \
+    "the file with `choir topo --check FILE -n WORLD` before starting the job.")                \
   X(StoreTimeout, 200, true, "Waiting for keys in the rendezvous store timed out.",              \
     "Some ranks never started or crashed before rendezvous; a wrong MASTER_ADDR/PORT; "         \
     "WORLD_SIZE larger than the number of ranks started.",                                      \

@@ -44,9 +44,9 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
   Work work(state);
   const bool p2p = args.kind == CollKind::kSend || args.kind == CollKind::kRecv;
   const bool small = args.SelectionBytes(size_) <= config_.async_bytes;
-  engine_.Submit(
-      [this, args = std::move(args), options, state]() mutable { Execute(args, options, *state); },
-      small || p2p);
+  if ((small || p2p) && engine_.TryRunInline([&] { Execute(args, options, *state); })) return work;
+  engine_.Submit([this, args = std::move(args), options, state]() mutable { Execute(args, options, *state); },
+                 false);
   return work;
 }
 
@@ -54,6 +54,7 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
   WorkInfo info;
   const int64_t start = NowNanos();
   int64_t first_data_ns = 0;
+  int algo_index = -1;
   Status s = sticky();
   if (!s.ok()) {
     s = Status(s.code(), "this communicator already failed: " + s.message());
@@ -72,43 +73,46 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
       }
     } else {
       info.sequence = ++seq_;
-      s = RunCollective(args, options, info.sequence, deadline, &info.algorithm, &first_data_ns);
+      s = RunCollective(args, options, info.sequence, deadline, &algo_index, &first_data_ns);
+      if (algo_index >= 0) info.algorithm = algorithms::AllAlgorithms()[static_cast<size_t>(algo_index)].name;
     }
     // Relay even a peer's failure: the rank that failed first may not have
     // reached everyone (it may have died). Our own Abort() already told them.
     if (!s.ok()) Fail(s, !abort_called_.load());
   }
   info.seconds = static_cast<double>(NowNanos() - start) * 1e-9;
-  metrics_->RecordOp(args.kind, args.SelectionBytes(size_), info.seconds, s.ok(), info.algorithm,
+  metrics_->RecordOp(args.kind, args.SelectionBytes(size_), info.seconds, s.ok(), algo_index,
                      first_data_ns > 0 ? static_cast<double>(first_data_ns - start) * 1e-9 : 0);
   if (!s.ok()) metrics_->RecordError(s.number());
   state.Complete(std::move(s), std::move(info));
 }
 
 Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_t seq,
-                               Deadline deadline, std::string* algo_name, int64_t* first_data_ns) {
+                               Deadline deadline, int* algo_index, int64_t* first_data_ns) {
   const Signature sig = Signature::Of(args);
   const int64_t start = NowNanos();
+  OpObserver observer(this, sig, seq);
   transport::RunHooks hooks;
   hooks.deadline = deadline;
-  hooks.on_mismatch = [&](const transport::MsgHeader& expected, const transport::MsgHeader& got,
-                          int peer) { return MismatchError(sig, seq, expected, got, peer); };
-  hooks.on_stall = [&](double waited) { return OnStall(sig, seq, waited); };
+  hooks.observer = &observer;
   hooks.stall_seconds = config_.stall_seconds;
   hooks.first_data_ns = first_data_ns;
   Status s;
   if (config_.mismatch == MismatchCheck::kFull && size_ > 1) s = CheckSignatures(sig, seq, deadline);
   if (s.ok()) {
-    auto algo = algorithms::SelectAlgorithm(args, size_, config_.select, options.algorithm);
-    if (!algo.ok()) return algo.status().WithContext(Describe(sig, seq));
-    *algo_name = (*algo)->name;
     algorithms::Context ctx(*endpoint_, hooks, seq, sig, args, scratch_);
+    ctx.set_layout(&layout_);
+    ctx.set_select_config(&config_.select);
+    ctx.set_link_costs(intra_host_cost_, inter_host_cost_);
+    auto algo = algorithms::SelectAlgorithm(ctx.View(), args, config_.select, options.algorithm);
+    if (!algo.ok()) return algo.status().WithContext(Describe(sig, seq));
+    *algo_index = static_cast<int>(*algo - algorithms::AllAlgorithms().data());
     s = (*algo)->fn(ctx, args);
   }
   if (s.ok()) return s;
   const double elapsed = static_cast<double>(NowNanos() - start) * 1e-9;
   std::string context = Describe(sig, seq);
-  if (!algo_name->empty()) context += " [" + *algo_name + "]";
+  if (*algo_index >= 0) context += std::string(" [") + algorithms::AllAlgorithms()[static_cast<size_t>(*algo_index)].name + "]";
   if (s.code() == Code::kCollectiveTimeout && !transport::IsRemoteFailure(s)) {
     return Status(s.code(), context + fmt::format(" did not complete within {:.1f} s: ", elapsed) +
                                 s.message() + ". " + ProgressReport(seq));

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "algorithms/context.h"
+#include "algorithms/layout.h"
 #include "algorithms/op.h"
 #include "algorithms/select.h"
 #include "choir/communicator.h"
@@ -63,12 +64,13 @@ class CommImpl {
  private:
   CommImpl(std::shared_ptr<Store> store, std::shared_ptr<Store> scoped, int rank, int size,
            CommConfig config);
+  class OpObserver;
 
   Status Validate(const algorithms::OpArgs& args) const;
   // Runs one operation to completion on the current thread.
   void Execute(algorithms::OpArgs& args, const CallOptions& options, Work::State& state);
   Status RunCollective(algorithms::OpArgs& args, const CallOptions& options, uint64_t seq,
-                       Deadline deadline, std::string* algo_name, int64_t* first_data_ns);
+                       Deadline deadline, int* algo_index, int64_t* first_data_ns);
   Status RunPointToPoint(algorithms::OpArgs& args, Deadline deadline, int* source);
   Status CheckSignatures(const algorithms::Signature& mine, uint64_t seq, Deadline deadline);
   Status MismatchError(const algorithms::Signature& mine, uint64_t seq,
@@ -89,6 +91,9 @@ class CommImpl {
   const int size_;
   CommConfig config_;
   std::vector<transport::PeerInfo> peers_;
+  algorithms::Layout layout_;  // hosts of this communicator's ranks
+  algorithms::LinkCost intra_host_cost_{1e-6, 10e9};
+  algorithms::LinkCost inter_host_cost_{20e-6, 3e9};
   std::unique_ptr<transport::Endpoint> endpoint_;
   std::shared_ptr<diag::CommMetrics> metrics_;
   algorithms::Scratch scratch_;
@@ -103,6 +108,21 @@ class CommImpl {
   // Declared last: destroyed first, so queued operations finish while the
   // endpoint still exists.
   Engine engine_;
+};
+
+// Mismatch reports and stall checks for one collective.
+class CommImpl::OpObserver final : public transport::RunObserver {
+ public:
+  OpObserver(CommImpl* comm, const algorithms::Signature& sig, uint64_t seq) : comm_(comm), sig_(sig), seq_(seq) {}
+  Status Mismatch(const transport::MsgHeader& expected, const transport::MsgHeader& got, int peer) override {
+    return comm_->MismatchError(sig_, seq_, expected, got, peer);
+  }
+  Status Stall(double waited) override { return comm_->OnStall(sig_, seq_, waited); }
+
+ private:
+  CommImpl* comm_;
+  const algorithms::Signature& sig_;
+  uint64_t seq_;
 };
 
 }  // namespace choir::comm

@@ -39,17 +39,7 @@ void Engine::Submit(Task task, bool may_run_inline) {
   cv_.notify_all();
 }
 
-bool Engine::TryRunExclusive(const Task& task) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (busy_ || !queue_.empty()) return false;
-  busy_ = true;
-  lock.unlock();
-  task();
-  lock.lock();
-  busy_ = false;
-  cv_.notify_all();
-  return true;
-}
+bool Engine::TryRunExclusive(const Task& task) { return TryRunInline(task); }
 
 void Engine::Drain() {
   std::unique_lock<std::mutex> lock(mu_);

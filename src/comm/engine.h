@@ -32,6 +32,20 @@ class Engine {
   // Runs `task` now on this thread if no operation is running or queued and
   // returns true; otherwise returns false without running it.
   bool TryRunExclusive(const Task& task);
+  // The same for any callable, without wrapping it in a Task (no allocation:
+  // the small-message path).
+  template <typename F>
+  bool TryRunInline(F&& f) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (busy_ || !queue_.empty()) return false;
+    busy_ = true;
+    lock.unlock();
+    f();
+    lock.lock();
+    busy_ = false;
+    cv_.notify_all();
+    return true;
+  }
   // Blocks until every submitted task has run.
   void Drain();
 

@@ -52,10 +52,12 @@ Status CommImpl::CheckSignatures(const Signature& mine, uint64_t seq, Deadline d
   check.kind = algorithms::CollKind::kSignatureCheck;
   check.dtype = DataType::kInt64;
   check.count = 2;
+  // Headers carry the check's own signature; a disagreement in sequence
+  // number still shows up as a mismatch against this collective.
+  OpObserver observer(this, mine, seq);
   transport::RunHooks hooks;
   hooks.deadline = deadline;
-  hooks.on_mismatch = [&](const transport::MsgHeader& expected, const transport::MsgHeader& got,
-                          int peer) { return MismatchError(mine, seq, expected, got, peer); };
+  hooks.observer = &observer;
   algorithms::Context ctx(*endpoint_, hooks, seq, check, args, scratch_);
   CHOIR_RETURN_IF_ERROR(algorithms::AllgatherRing(ctx, args));
   for (int r = 0; r < size_; ++r) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "algorithms/algorithms.h"
 #include "choir/status.h"
 
 namespace choir::diag {
@@ -77,8 +78,8 @@ CommMetrics::CommMetrics(std::string job, std::string comm, int rank, int size)
       peer_sent_(static_cast<size_t>(size)),
       peer_received_(static_cast<size_t>(size)) {}
 
-void CommMetrics::RecordOp(algorithms::CollKind kind, uint64_t bytes, double seconds, bool ok,
-                           const std::string& algorithm, double late_arrival_seconds) {
+void CommMetrics::RecordOp(algorithms::CollKind kind, uint64_t bytes, double seconds, bool ok, int algorithm,
+                           double late_arrival_seconds) {
   OpCounters& c = ops_[static_cast<size_t>(kind)];
   (ok ? c.completed : c.failed).fetch_add(1, std::memory_order_relaxed);
   if (!ok) return;
@@ -92,15 +93,8 @@ void CommMetrics::RecordOp(algorithms::CollKind kind, uint64_t bytes, double sec
   if (late_arrival_seconds > 0) {
     late_arrival_ns_.fetch_add(static_cast<uint64_t>(late_arrival_seconds * 1e9), std::memory_order_relaxed);
   }
-  if (!algorithm.empty()) {
-    const std::string key = std::string(algorithms::CollKindName(kind)) + "/" + algorithm;
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = std::find_if(algorithms_.begin(), algorithms_.end(), [&](const auto& p) { return p.first == key; });
-    if (it == algorithms_.end()) {
-      algorithms_.emplace_back(key, 1);
-    } else {
-      ++it->second;
-    }
+  if (algorithm >= 0 && algorithm < kMaxAlgorithms) {
+    algorithm_counts_[static_cast<size_t>(algorithm)].fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -168,10 +162,12 @@ void CommMetrics::AppendFamily(int family, std::string* out) const {
       }
       break;
     case 4: {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [key, n] : algorithms_) {
-        const size_t slash = key.find('/');
-        line(fmt::format(",op=\"{}\",algorithm=\"{}\"", key.substr(0, slash), key.substr(slash + 1)), std::to_string(n));
+      const auto& all = algorithms::AllAlgorithms();
+      for (size_t i = 0; i < all.size() && i < static_cast<size_t>(kMaxAlgorithms); ++i) {
+        const uint64_t n = algorithm_counts_[i].load(std::memory_order_relaxed);
+        if (n == 0) continue;
+        line(fmt::format(",op=\"{}\",algorithm=\"{}\"", algorithms::CollKindName(all[i].kind), all[i].name),
+             std::to_string(n));
       }
       break;
     }

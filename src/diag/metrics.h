@@ -46,8 +46,9 @@ class CommMetrics {
   CommMetrics(std::string job, std::string comm, int rank, int size);
 
   // One finished operation (bytes as in OpArgs::SelectionBytes).
-  void RecordOp(algorithms::CollKind kind, uint64_t bytes, double seconds, bool ok,
-                const std::string& algorithm, double late_arrival_seconds);
+  // `algorithm` is an index into algorithms::AllAlgorithms() (-1: none).
+  void RecordOp(algorithms::CollKind kind, uint64_t bytes, double seconds, bool ok, int algorithm,
+                double late_arrival_seconds);
   void RecordError(int code);
   // Traffic per peer and transport (0 = shm, 1 = tcp), added once per operation.
   void AddPeerBytes(int peer, int transport, uint64_t sent, uint64_t received);
@@ -66,9 +67,10 @@ class CommMetrics {
   std::atomic<uint64_t> late_arrival_ns_{0};
   std::vector<std::atomic<uint64_t>> peer_sent_, peer_received_;
   std::array<std::atomic<uint64_t>, 2> transport_sent_{}, transport_received_{};
-  mutable std::mutex mu_;  // guards the two maps below (rarely written)
-  std::vector<std::pair<std::string, uint64_t>> algorithms_;  // "allreduce/ring" -> count
-  std::vector<std::pair<int, uint64_t>> errors_;              // error number -> count
+  static constexpr int kMaxAlgorithms = 128;
+  std::array<std::atomic<uint64_t>, kMaxAlgorithms> algorithm_counts_{};
+  mutable std::mutex mu_;  // guards errors_ (written only on failures)
+  std::vector<std::pair<int, uint64_t>> errors_;  // error number -> count
 };
 
 // Registers a communicator's metrics for rendering until the returned handle

@@ -16,6 +16,7 @@ TEST(MetricsTest, CountsOperationsBytesAlgorithmsAndPeers) {
   CommOptions o;
   o.job_id = "metrics-job";
   o.name = testing::UniqueName("metrics");
+  o.transport = "tcp";
   auto results = testing::RunRanks(2, [&](Communicator& comm) -> Status {
     std::vector<float> v(1000, 1.0f);
     for (int i = 0; i < 3; ++i) {
@@ -37,7 +38,27 @@ TEST(MetricsTest, CountsOperationsBytesAlgorithmsAndPeers) {
   EXPECT_TRUE(Has(rendered, "le=\"+Inf\"} 3"));
   EXPECT_TRUE(Has(rendered, "choir_algorithm_selections_total{" + labels + ",op=\"allreduce\",algorithm=\"recursive_doubling\"} 3"));
   EXPECT_TRUE(Has(rendered, "choir_peer_bytes_sent_total{" + labels + ",peer=\"1\"}"));
-  EXPECT_TRUE(Has(rendered, "choir_transport_bytes_sent_total{" + labels + ",transport=\"shm\"} 12000")) << rendered;
+  EXPECT_TRUE(Has(rendered, "choir_transport_bytes_sent_total{" + labels + ",transport=\"tcp\"} 12000")) << rendered;
+}
+
+TEST(MetricsTest, SharedMemoryReadsAreCountedOnTheReadingSide) {
+  std::string rendered;
+  CommOptions o;
+  o.job_id = "metrics-shm";
+  o.name = testing::UniqueName("metrics");
+  o.transport = "shm";
+  auto results = testing::RunRanks(2, [&](Communicator& comm) -> Status {
+    std::vector<float> v(1000, 1.0f);
+    CHOIR_RETURN_IF_ERROR(comm.Allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).Wait());
+    CHOIR_RETURN_IF_ERROR(comm.Barrier().Wait());
+    if (comm.rank() == 0) rendered = RenderMetrics();
+    return comm.Barrier().Wait();
+  }, o);
+  for (const auto& r : results) ASSERT_TRUE(r.create.ok() && r.run.ok());
+  const std::string labels = "job=\"metrics-shm\",comm=\"" + o.name + "#0\",rank=\"0\",size=\"2\"";
+  EXPECT_TRUE(Has(rendered, "choir_algorithm_selections_total{" + labels + ",op=\"allreduce\",algorithm=\"shm_flat\"} 1")) << rendered;
+  EXPECT_TRUE(Has(rendered, "choir_peer_bytes_received_total{" + labels + ",peer=\"1\"} 4000")) << rendered;
+  EXPECT_TRUE(Has(rendered, "choir_transport_bytes_received_total{" + labels + ",transport=\"shm\"} 4000")) << rendered;
 }
 
 TEST(MetricsTest, SizeClasses) {

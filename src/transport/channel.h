@@ -13,6 +13,7 @@
 #define CHOIR_TRANSPORT_CHANNEL_H_
 
 #include <string>
+#include <vector>
 
 #include "choir/status.h"
 #include "transport/message.h"
@@ -45,8 +46,8 @@ class Channel {
   // and the next PollHeader reads the following message.
   virtual Result<bool> ReadPayload(Xfer& x) = 0;
 
-  // For the endpoint's waiting logic: TCP returns its socket, shm -1.
-  virtual int poll_fd() const { return -1; }
+  // For the endpoint's waiting logic: TCP returns its sockets, shm none.
+  virtual std::vector<int> poll_fds() const { return {}; }
   // Shm: whether the peer process is still alive (cheap; called while idle).
   virtual Status CheckAlive() { return Status::Ok(); }
 

@@ -1,10 +1,12 @@
 #include "transport/connect.h"
 
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "base/logging.h"
@@ -54,8 +56,10 @@ std::string RankList(const std::vector<int>& ranks) {
   return out;
 }
 
-HandshakeHello MakeHello(const ConnectOptions& o, int from, int to) {
+HandshakeHello MakeHello(const ConnectOptions& o, int from, int to, int stream) {
   HandshakeHello h;
+  h.stream = stream;
+  h.streams = o.tcp_streams;
   h.protocol = static_cast<uint32_t>(kProtocolVersion);
   h.job_hash = HashString(o.job_id);
   h.comm_hash = HashString(o.comm_uid);
@@ -91,6 +95,29 @@ Result<ShmPlan> PlanShm(const std::vector<PeerInfo>& peers) {
   return plan;
 }
 
+bool IsLoopback(const std::string& address) { return address.rfind("127.", 0) == 0; }
+
+// A rank that listens on a loopback address cannot be reached from another
+// host: say so before anyone waits for a connection that cannot happen (the
+// field's "picked lo/docker0" failure).
+Status CheckReachable(const std::vector<PeerInfo>& peers, int rank) {
+  const PeerInfo& me = peers[static_cast<size_t>(rank)];
+  for (const PeerInfo& p : peers) {
+    // Same kernel and network namespace: loopback reaches (several emulated hosts on one machine).
+    if (p.rank == rank || p.host_id == me.host_id || (!p.net_ns.empty() && p.net_ns == me.net_ns)) continue;
+    const PeerInfo* local = IsLoopback(me.address) ? &me : IsLoopback(p.address) ? &p : nullptr;
+    if (local == nullptr) continue;
+    const PeerInfo& other = local == &me ? p : me;
+    return Status(Code::kInterfaceNotFound,
+                  fmt::format("rank {} listens on the loopback address {}, which rank {} on host '{}' "
+                              "cannot reach; choose a routable interface with CHOIR_SOCKET_IFNAME (e.g. "
+                              "eth0, or ^lo,docker to exclude), or set MASTER_ADDR to an address of "
+                              "the rendezvous host that every host can reach",
+                              local->rank, local->address, other.rank, other.host_id));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
@@ -99,6 +126,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
   const int n = static_cast<int>(peers.size());
   const Deadline deadline = options.deadline;
   CHOIR_ASSIGN_OR_RETURN(ShmPlan plan, PlanShm(peers));
+  CHOIR_RETURN_IF_ERROR(CheckReachable(peers, rank));
   const std::vector<int>& my_shm = plan.shm_peers[static_cast<size_t>(rank)];
   std::vector<std::unique_ptr<Channel>> channels(static_cast<size_t>(n));
 
@@ -110,7 +138,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     const std::string name = fmt::format("/choir-{:016x}-{}-{}", HashString(options.job_id + "/" + options.comm_uid),
                                          rank, getpid());
     CHOIR_ASSIGN_OR_RETURN(own, Segment::Create(name, rank, static_cast<int>(my_shm.size()),
-                                                options.ring_bytes, token));
+                                                options.ring_bytes, options.area_slot_bytes, token));
     CHOIR_RETURN_IF_ERROR(store.Set("shm/" + std::to_string(rank), fmt::format("{} {:016x}", name, token)));
   }
 
@@ -122,32 +150,44 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     if (p == rank || std::find(my_shm.begin(), my_shm.end(), p) != my_shm.end()) continue;
     (p < rank ? lower : higher).push_back(p);
   }
-  std::vector<Fd> lower_fds(lower.size());
+  const int streams = std::max(1, options.tcp_streams);
+  // lower_fds[i][k]: stream k to lower[i].
+  std::vector<std::vector<Fd>> lower_fds(lower.size());
   for (size_t i = 0; i < lower.size(); ++i) {
     const PeerInfo& peer = peers[static_cast<size_t>(lower[i])];
     std::string host;
     int port = 0;
     CHOIR_RETURN_IF_ERROR(net::SplitHostPort(peer.address, &host, &port));
-    auto fd = net::Connect(host, port, deadline);
-    if (!fd.ok()) {
-      return fd.status().WithContext("rank " + std::to_string(rank) + " connecting to rank " +
-                                     std::to_string(peer.rank) + " at " + peer.address +
-                                     " (check that this address is reachable from here, or pick "
-                                     "the interface with CHOIR_SOCKET_IFNAME)");
+    for (int k = 0; k < streams; ++k) {
+      auto fd = net::Connect(host, port, deadline);
+      if (!fd.ok()) {
+        return fd.status().WithContext("rank " + std::to_string(rank) + " connecting to rank " +
+                                       std::to_string(peer.rank) + " at " + peer.address +
+                                       " (check that this address is reachable from here, or pick "
+                                       "the interface with CHOIR_SOCKET_IFNAME)");
+      }
+      CHOIR_RETURN_IF_ERROR(SendHello(fd->get(), MakeHello(options, rank, peer.rank, k), deadline));
+      lower_fds[i].push_back(std::move(*fd));
     }
-    CHOIR_RETURN_IF_ERROR(SendHello(fd->get(), MakeHello(options, rank, peer.rank), deadline));
-    lower_fds[i] = std::move(*fd);
   }
 
-  // 3. TCP: accept every higher-ranked peer.
-  std::vector<bool> accepted(static_cast<size_t>(n), false);
-  size_t pending = higher.size();
+  auto prepare = [](Fd& fd) -> Status {
+    CHOIR_RETURN_IF_ERROR(net::SetNoDelay(fd.get()));
+    net::SetBufferSizes(fd.get(), 4 << 20);
+    return net::SetNonBlocking(fd.get(), true);
+  };
+
+  // 3. TCP: accept every stream of every higher-ranked peer.
+  std::vector<std::vector<Fd>> accepted(static_cast<size_t>(n));
+  std::vector<int> arrived(static_cast<size_t>(n), 0);
+  for (int p : higher) accepted[static_cast<size_t>(p)].resize(static_cast<size_t>(streams));
+  size_t pending = higher.size() * static_cast<size_t>(streams);
   while (pending > 0) {
     auto fd = net::Accept(listener.get(), deadline);
     if (!fd.ok()) {
       std::vector<int> missing;
       for (int p : higher) {
-        if (!accepted[static_cast<size_t>(p)]) missing.push_back(p);
+        if (arrived[static_cast<size_t>(p)] < streams) missing.push_back(p);
       }
       return Status(Code::kConnectTimeout,
                     "rank " + std::to_string(rank) + " waited for connections from rank(s) " +
@@ -155,34 +195,39 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
                         " until the deadline; they crashed during start-up or cannot reach this "
                         "address (wrong interface: set CHOIR_SOCKET_IFNAME)");
     }
-    int from = -1;
+    int from = -1, stream = -1;
     const Deadline hello_deadline = Deadline::Earlier(deadline, Deadline::AfterSeconds(10));
-    Status s = AcceptHello(fd->get(), MakeHello(options, -1, rank), &from, hello_deadline);
-    if (!s.ok() || from < 0 || from >= n || from <= rank || accepted[static_cast<size_t>(from)]) {
+    Status s = AcceptHello(fd->get(), MakeHello(options, -1, rank, 0), &from, &stream, hello_deadline);
+    if (s.code() == Code::kInvalidSetting) return s;  // our own job is misconfigured: stop
+    const bool fits = s.ok() && from > rank && from < n &&
+                      std::find(higher.begin(), higher.end(), from) != higher.end() &&
+                      !accepted[static_cast<size_t>(from)][static_cast<size_t>(stream)].valid();
+    if (!fits) {
       // A stray or foreign connection: refuse it and keep waiting for our peers.
       CHOIR_LOG(Warn, TCP, "rank {}: refused a connection from {}: {}", rank,
-                net::PeerAddress(fd->get()), s.ok() ? "unexpected rank" : s.ToString());
+                net::PeerAddress(fd->get()), s.ok() ? "unexpected rank or stream" : s.ToString());
       continue;
     }
-    accepted[static_cast<size_t>(from)] = true;
+    CHOIR_RETURN_IF_ERROR(prepare(*fd));
+    auto& slots = accepted[static_cast<size_t>(from)];
+    slots[static_cast<size_t>(stream)] = std::move(*fd);
     --pending;
-    CHOIR_RETURN_IF_ERROR(net::SetNoDelay(fd->get()));
-    net::SetBufferSizes(fd->get(), 4 << 20);
-    CHOIR_RETURN_IF_ERROR(net::SetNonBlocking(fd->get(), true));
-    const std::string addr = peers[static_cast<size_t>(from)].address;
-    channels[static_cast<size_t>(from)] =
-        std::make_unique<TcpChannel>(std::move(*fd), from, addr, options.tcp_chunk_bytes);
+    if (++arrived[static_cast<size_t>(from)] == streams) {
+      channels[static_cast<size_t>(from)] = std::make_unique<TcpChannel>(
+          std::move(slots), from, peers[static_cast<size_t>(from)].address, options.tcp_chunk_bytes,
+          options.tcp_stripe_bytes);
+    }
   }
 
   // 4. TCP: the lower peers' answers.
   for (size_t i = 0; i < lower.size(); ++i) {
     const PeerInfo& peer = peers[static_cast<size_t>(lower[i])];
-    CHOIR_RETURN_IF_ERROR(ReadReply(lower_fds[i].get(), peer.rank, peer.address, deadline));
-    CHOIR_RETURN_IF_ERROR(net::SetNoDelay(lower_fds[i].get()));
-    net::SetBufferSizes(lower_fds[i].get(), 4 << 20);
-    CHOIR_RETURN_IF_ERROR(net::SetNonBlocking(lower_fds[i].get(), true));
+    for (Fd& fd : lower_fds[i]) {
+      CHOIR_RETURN_IF_ERROR(ReadReply(fd.get(), peer.rank, peer.address, deadline));
+      CHOIR_RETURN_IF_ERROR(prepare(fd));
+    }
     channels[static_cast<size_t>(peer.rank)] = std::make_unique<TcpChannel>(
-        std::move(lower_fds[i]), peer.rank, peer.address, options.tcp_chunk_bytes);
+        std::move(lower_fds[i]), peer.rank, peer.address, options.tcp_chunk_bytes, options.tcp_stripe_bytes);
   }
 
   // 5. Shared memory: map the segments of our local peers.
@@ -206,18 +251,60 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     peer_segments.push_back(std::move(seg));
   }
 
-  // 6. Everyone is connected and mapped: segment names can go.
-  CHOIR_RETURN_IF_ERROR(store.Set("ready/" + std::to_string(rank), "1"));
+  // 6. Can we read local peers' memory directly (process_vm_readv)? Blocked
+  // by seccomp in many containers and by ptrace restrictions on some hosts.
+  bool cma_ok = options.allow_cma;
+  for (const auto& seg : peer_segments) {
+    if (!cma_ok) break;
+    uint64_t magic = 0;
+    iovec local{&magic, sizeof(magic)};
+    iovec remote{reinterpret_cast<void*>(seg->header()->self_addr), sizeof(magic)};
+    const ssize_t got = process_vm_readv(seg->header()->pid, &local, 1, &remote, 1, 0);
+    cma_ok = got == static_cast<ssize_t>(sizeof(magic)) && magic == kSegmentMagic;
+    if (!cma_ok) {
+      CHOIR_LOG(Info, SHM, "rank {}: process_vm_readv to rank {} not allowed ({}); large same-host "
+                "transfers take the ring path", rank, seg->header()->rank, std::strerror(errno));
+    }
+  }
+
+  // 7. Everyone is connected and mapped: segment names can go.
+  CHOIR_RETURN_IF_ERROR(store.Set("ready/" + std::to_string(rank), cma_ok ? "cma=1" : "cma=0"));
   std::vector<std::string> keys;
   for (int p : my_shm) {
     if (p != rank) keys.push_back("ready/" + std::to_string(p));
   }
+  bool group_cma = cma_ok;
   if (!keys.empty()) {
     Status s = store.Wait(keys, Remaining(deadline));
     if (!s.ok()) return s.WithContext("waiting for local ranks to map their shared-memory segments");
+    for (const std::string& key : keys) {
+      auto v = store.Get(key);
+      group_cma = group_cma && v.ok() && *v == "cma=1";
+    }
   }
+
+  // 8. The same-host group, when every local rank shares memory with every other.
+  std::unique_ptr<LocalGroup> group;
+  bool transitive = my_shm.size() > 1;
+  for (int p : my_shm) transitive = transitive && plan.shm_peers[static_cast<size_t>(p)] == my_shm;
+  if (transitive) {
+    group = std::make_unique<LocalGroup>();
+    group->ranks = my_shm;
+    group->cma = group_cma;
+    size_t next_peer = 0;
+    for (size_t i = 0; i < my_shm.size(); ++i) {
+      const int p = my_shm[i];
+      Segment* seg = p == rank ? own.get() : peer_segments[next_peer++].get();
+      if (p == rank) group->index = static_cast<int>(i);
+      group->areas.push_back(seg->area());
+      group->headers.push_back(seg->header());
+      group->pids.push_back(seg->header()->pid);
+    }
+  }
+
   auto ep = std::make_unique<Endpoint>(rank, n, std::move(channels), std::move(own),
                                        std::move(peer_segments), options.wait);
+  ep->set_local(std::move(group));
   ep->UnlinkSegment();
   CHOIR_LOG(Debug, INIT, "rank {}: {} shm peers, {} tcp peers", rank, my_shm.size() - 1,
             lower.size() + higher.size());

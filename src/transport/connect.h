@@ -31,6 +31,7 @@ struct PeerInfo {
   std::string host_id;
   int pid = 0;
   std::string address;  // "ip:port" of its TCP listener
+  std::string net_ns;   // kernel boot id + network namespace: who can reach whose loopback
   TransportChoice choice = TransportChoice::kAuto;
 };
 
@@ -39,7 +40,11 @@ struct ConnectOptions {
   std::string comm_uid;   // unique per communicator incarnation
   Deadline deadline = Deadline::Infinite();
   size_t ring_bytes = 2 << 20;
+  size_t area_slot_bytes = 64 << 10;
+  bool allow_cma = true;
   size_t tcp_chunk_bytes = 512 << 10;
+  int tcp_streams = 1;               // sockets per peer pair
+  size_t tcp_stripe_bytes = 512 << 10;  // payloads this large are spread over the streams
   WaitPolicy wait;
 };
 

@@ -31,11 +31,13 @@ Endpoint::Endpoint(int rank, int size, std::vector<std::unique_ptr<Channel>> cha
       stash_progress_(static_cast<size_t>(size)) {
   epoll_fd_.Reset(epoll_create1(EPOLL_CLOEXEC));
   for (const auto& ch : channels_) {
-    if (ch == nullptr || ch->poll_fd() < 0) continue;
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-    ev.data.u32 = static_cast<uint32_t>(ch->peer());
-    epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, ch->poll_fd(), &ev);
+    if (ch == nullptr) continue;
+    for (int fd : ch->poll_fds()) {
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+      ev.data.u32 = static_cast<uint32_t>(ch->peer());
+      epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev);
+    }
   }
 }
 
@@ -44,6 +46,10 @@ Endpoint::~Endpoint() = default;
 TransportKind Endpoint::kind(int peer) const {
   const Channel* ch = channels_[static_cast<size_t>(peer)].get();
   return ch == nullptr ? TransportKind::kShm : ch->kind();
+}
+
+void Endpoint::CountSharedRead(int peer, uint64_t bytes) {
+  if (metrics_ != nullptr && bytes > 0) metrics_->AddPeerBytes(peer, 0, 0, bytes);
 }
 
 void Endpoint::UnlinkSegment() {
@@ -143,7 +149,7 @@ Result<bool> Endpoint::StepRecv(Xfer& x, Channel& ch, const RunHooks& hooks) {
     } else {
       if (got_p2p) return ContinueStash(ch);
       if (!SameSignature(h, x.header) || h.length != x.header.length) {
-        return hooks.on_mismatch ? hooks.on_mismatch(x.header, h, ch.peer())
+        return hooks.observer ? hooks.observer->Mismatch(x.header, h, ch.peer())
                                  : Status(Code::kCollectiveMismatch,
                                           "unexpected message from " + ch.Describe());
       }
@@ -246,6 +252,62 @@ Status Endpoint::Timeout(std::span<Xfer> xfers, double waited) const {
   return Status(Code::kCollectiveTimeout, msg);
 }
 
+Status Endpoint::WaitLocal(const std::function<bool()>& ready, const RunHooks& hooks,
+                           const std::function<std::string()>& waiting_for) {
+  if (ready()) return Status::Ok();
+  const int64_t start = NowNanos();
+  int64_t last_check = start;
+  int64_t last_stall = start;
+  int yields = 0;
+  SegmentHeader* h = own_segment_ ? own_segment_->header() : nullptr;
+  while (true) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return Status::Ok();
+      _mm_pause();
+    }
+    if (abort_requested_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(g_abort_mu);
+      return abort_status_;
+    }
+    const int64_t now = NowNanos();
+    if (now - last_check > kMaxSleepNs) {
+      last_check = now;
+      CHOIR_RETURN_IF_ERROR(CheckPeers({}));
+      if (local_) {
+        for (int r : local_->ranks) {
+          Channel* ch = r == rank_ ? nullptr : channels_[static_cast<size_t>(r)].get();
+          if (ch) CHOIR_RETURN_IF_ERROR(ch->CheckAlive());
+        }
+      }
+    }
+    if (hooks.deadline.Expired()) {
+      CHOIR_RETURN_IF_ERROR(CheckPeers({}));
+      return Status(Code::kCollectiveTimeout,
+                    fmt::format("no progress for {:.1f} s while waiting for {}",
+                                static_cast<double>(now - start) * 1e-9, waiting_for()));
+    }
+    if (hooks.stall_seconds > 0 && hooks.observer &&
+        now - last_stall > static_cast<int64_t>(hooks.stall_seconds * 1e9)) {
+      last_stall = now;
+      CHOIR_RETURN_IF_ERROR(hooks.observer->Stall(static_cast<double>(now - start) * 1e-9));
+    }
+    if (now - start < policy_.spin_ns) continue;
+    if (yields < policy_.yields) {
+      ++yields;
+      sched_yield();
+      continue;
+    }
+    if (h == nullptr) continue;
+    const uint32_t seen = h->doorbell.load(std::memory_order_acquire);
+    h->sleeping.store(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!ready() && !abort_requested_.load(std::memory_order_acquire)) {
+      WaitSegment(h, seen, std::min<int64_t>(hooks.deadline.RemainingNanos(), kMaxSleepNs));
+    }
+    h->sleeping.store(0, std::memory_order_relaxed);
+  }
+}
+
 void Endpoint::WaitTcp(const RunHooks& hooks, bool shm_pending) {
   // With local peers also pending, sleep only briefly: their progress does
   // not show up in epoll.
@@ -317,10 +379,10 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
       CHOIR_RETURN_IF_ERROR(CheckPeers(xfers));
       return Timeout(xfers, static_cast<double>(now - start) * 1e-9);
     }
-    if (hooks.stall_seconds > 0 && hooks.on_stall &&
+    if (hooks.stall_seconds > 0 && hooks.observer &&
         now - std::max(idle_since, last_stall) > static_cast<int64_t>(hooks.stall_seconds * 1e9)) {
       last_stall = now;
-      CHOIR_RETURN_IF_ERROR(hooks.on_stall(static_cast<double>(now - start) * 1e-9));
+      CHOIR_RETURN_IF_ERROR(hooks.observer->Stall(static_cast<double>(now - start) * 1e-9));
     }
     if (now - idle_since < policy_.spin_ns) {
       for (int i = 0; i < 16; ++i) _mm_pause();

@@ -29,6 +29,7 @@
 #include "base/fd.h"
 #include "choir/status.h"
 #include "transport/channel.h"
+#include "transport/shm/local_group.h"
 #include "transport/shm/segment.h"
 #include "transport/xfer.h"
 
@@ -38,12 +39,23 @@ class CommMetrics;
 
 namespace choir::transport {
 
+// What the communicator contributes while an operation waits. An interface
+// rather than std::function members: setting one up must not allocate on the
+// small-message path.
+class RunObserver {
+ public:
+  // Builds the CollectiveMismatch status when a peer's header differs from the expected one.
+  virtual Status Mismatch(const MsgHeader& expected, const MsgHeader& got, int peer) = 0;
+  // Called about every `stall_seconds` while nothing moves; may return an error to stop waiting.
+  virtual Status Stall(double waited_seconds) = 0;
+
+ protected:
+  ~RunObserver() = default;
+};
+
 struct RunHooks {
   Deadline deadline = Deadline::Infinite();
-  // Builds the CollectiveMismatch status when a peer's header differs from the expected one.
-  std::function<Status(const MsgHeader& expected, const MsgHeader& got, int peer)> on_mismatch;
-  // Called about every `stall_seconds` while nothing moves; may return an error to stop waiting.
-  std::function<Status(double waited_seconds)> on_stall;
+  RunObserver* observer = nullptr;
   double stall_seconds = 0;  // 0 = never
   // Set (if not null and still 0) to the time the first peer data arrived.
   int64_t* first_data_ns = nullptr;
@@ -82,8 +94,19 @@ class Endpoint {
 
   // Unlinks this rank's segment name (after every peer has mapped it).
   void UnlinkSegment();
+
+  // Same-host group for the shared-area algorithms, or null.
+  LocalGroup* local() { return local_.get(); }
+  void set_local(std::unique_ptr<LocalGroup> local) { local_ = std::move(local); }
+  // Blocks until ready() holds, with the same spin/yield/sleep policy, deadline,
+  // abort and dead-peer checks as Run(). `waiting_for` describes, for a timeout
+  // message, what is still missing.
+  Status WaitLocal(const std::function<bool()>& ready, const RunHooks& hooks,
+                   const std::function<std::string()>& waiting_for);
   // Where per-peer traffic is counted (once per finished Xfer).
   void set_metrics(diag::CommMetrics* metrics) { metrics_ = metrics; }
+  // Counts bytes this rank read from a local peer's memory (shared-area algorithms).
+  void CountSharedRead(int peer, uint64_t bytes);
 
  private:
   Result<bool> Step(Xfer& x, const RunHooks& hooks);
@@ -119,6 +142,7 @@ class Endpoint {
   std::vector<StashInProgress> stash_progress_;     // per peer
 
   diag::CommMetrics* metrics_ = nullptr;
+  std::unique_ptr<LocalGroup> local_;
   std::atomic<bool> abort_requested_{false};
   Status abort_status_;  // written before abort_requested_ is set
 };

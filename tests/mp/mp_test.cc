@@ -85,10 +85,19 @@ bool Contains(const std::string& hay, const std::string& needle) {
 
 class SweepProcessTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
+// tcp: channel algorithms over sockets. shm: the same-host algorithms
+// (shared slots, single copy). shmrings: channel algorithms over the
+// shared-memory rings (slots too small for any payload, no single copy).
 TEST_P(SweepProcessTest, AllCollectivesAllTypesCorrect) {
   const auto [n, transport] = GetParam();
-  const Outcome o = RunCommand(Launch(n, {CHOIR_BIN, "sweep", "--transport", transport}),
-                        {{"CHOIR_TIMEOUT", "120"}}, 600);
+  std::map<std::string, std::string> env = {{"CHOIR_TIMEOUT", "120"}};
+  std::string t = transport;
+  if (transport == "shmrings") {
+    t = "shm";
+    env["CHOIR_SHM_SLOT_BYTES"] = "64";
+    env["CHOIR_SHM_CMA"] = "off";
+  }
+  const Outcome o = RunCommand(Launch(n, {CHOIR_BIN, "sweep", "--transport", t}), env, 600);
   EXPECT_FALSE(o.timed_out);
   EXPECT_EQ(o.exit_code, 0) << o.out;
   EXPECT_TRUE(Contains(o.out, "ALL OK")) << o.out;
@@ -96,7 +105,8 @@ TEST_P(SweepProcessTest, AllCollectivesAllTypesCorrect) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, SweepProcessTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 7, 8),
-                                            ::testing::Values(std::string("tcp"), std::string("shm"))),
+                                            ::testing::Values(std::string("tcp"), std::string("shm"),
+                                                              std::string("shmrings"))),
                          [](const auto& p) {
                            return std::get<1>(p.param) + "_n" + std::to_string(std::get<0>(p.param));
                          });
@@ -120,7 +130,8 @@ TEST_P(FaultTest, ExitedRankGivesPeerLost) {
   EXPECT_FALSE(o.timed_out);
   EXPECT_TRUE(Contains(o.out, "RESULT E304 rank=0")) << o.out;
   EXPECT_TRUE(Contains(o.out, "RESULT E304 rank=1")) << o.out;
-  EXPECT_EQ(o.exit_code, 7) << o.out;
+  // 7 from rank 2, or 4 from a survivor that the launcher happened to reap first.
+  EXPECT_TRUE(o.exit_code == 7 || o.exit_code == 4) << o.out;
 }
 
 TEST_P(FaultTest, MismatchedCountEveryRankGetsMismatch) {

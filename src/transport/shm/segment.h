@@ -2,7 +2,8 @@
 // on the same host), its doorbell and its abort record.
 //
 // Layout (docs/protocols.md, "Shared-memory segment"):
-//   SegmentHeader (4 KiB) | RingCtl + data for slot 0 | ... | slot n-1
+//   SegmentHeader (4 KiB) | local area (local_area.h, padded to 4 KiB)
+//   | RingCtl + data for slot 0 | ... | slot n-1
 // Slot s holds the ring written by the host's s-th rank (local index) and read
 // by the owner. Rings are single-producer single-consumer byte rings with
 // monotonically increasing 64-bit head/tail counters; every record starts on a
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "choir/status.h"
+#include "transport/shm/local_area.h"
 
 namespace choir::transport {
 
@@ -37,6 +39,8 @@ struct alignas(64) SegmentHeader {
   int32_t num_slots;
   uint64_t ring_bytes;
   uint64_t token;  // random; published through the store so peers know they mapped the right file
+  uint64_t area_slot_bytes;  // payload bytes per slot of the local area
+  uint64_t self_addr;        // where the owner mapped this segment (to test process_vm_readv)
   alignas(64) std::atomic<uint32_t> doorbell;  // futex word: bumped when the owner should re-check
   alignas(64) std::atomic<uint32_t> sleeping;  // owner is (about to be) blocked on doorbell
   alignas(64) std::atomic<int32_t> abort_code;  // nonzero once the owner failed
@@ -55,7 +59,8 @@ class Segment {
   // Creates and maps a new segment named `name` ("/choir-..."), fails with
   // ShmError if it exists or /dev/shm is too small.
   static Result<std::unique_ptr<Segment>> Create(const std::string& name, int rank, int num_slots,
-                                                 size_t ring_bytes, uint64_t token);
+                                                 size_t ring_bytes, size_t area_slot_bytes,
+                                                 uint64_t token);
   // Maps a peer's segment and checks magic, layout, rank and token.
   static Result<std::unique_ptr<Segment>> Open(const std::string& name, int expected_rank,
                                                uint64_t expected_token);
@@ -67,11 +72,12 @@ class Segment {
   RingCtl* ring_ctl(int slot) const;
   uint8_t* ring_data(int slot) const { return reinterpret_cast<uint8_t*>(ring_ctl(slot)) + sizeof(RingCtl); }
   size_t ring_bytes() const { return header()->ring_bytes; }
+  AreaView area() const { return AreaView(base_ + 4096, header()->area_slot_bytes); }
   const std::string& name() const { return name_; }
   // Removes the name from /dev/shm (mappings stay valid). Idempotent.
   void Unlink();
 
-  static size_t TotalBytes(int num_slots, size_t ring_bytes);
+  static size_t TotalBytes(int num_slots, size_t ring_bytes, size_t area_slot_bytes);
 
  private:
   Segment(std::string name, void* base, size_t bytes, bool owner)

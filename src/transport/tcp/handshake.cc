@@ -38,7 +38,7 @@ Status SendHello(int fd, const HandshakeHello& hello, Deadline deadline) {
   return net::WriteFull(fd, &hello, sizeof(hello), deadline);
 }
 
-Status AcceptHello(int fd, const HandshakeHello& expected, int* from_rank, Deadline deadline) {
+Status AcceptHello(int fd, const HandshakeHello& expected, int* from_rank, int* stream, Deadline deadline) {
   HandshakeHello got;
   // The first 8 bytes (magic, protocol) are stable across versions.
   CHOIR_RETURN_IF_ERROR(net::ReadFull(fd, &got, 8, deadline));
@@ -71,7 +71,15 @@ Status AcceptHello(int fd, const HandshakeHello& expected, int* from_rank, Deadl
                       std::to_string(expected.to_rank),
                   deadline);
   }
+  if (got.streams != expected.streams || got.stream < 0 || got.stream >= got.streams) {
+    return Refuse(fd, Code::kInvalidSetting,
+                  "rank " + std::to_string(got.from_rank) + " opens " + std::to_string(got.streams) +
+                      " TCP streams per peer but rank " + std::to_string(expected.to_rank) + " expects " +
+                      std::to_string(expected.streams) + "; set the same CHOIR_TCP_STREAMS on every rank",
+                  deadline);
+  }
   *from_rank = got.from_rank;
+  *stream = got.stream;
   HandshakeReply ok;
   return net::WriteFull(fd, &ok, sizeof(ok), deadline);
 }

@@ -28,11 +28,13 @@ struct HandshakeHello {
   uint64_t comm_hash = 0;
   int32_t from_rank = -1;
   int32_t to_rank = -1;
+  int32_t stream = 0;   // index of this connection among the pair's streams
+  int32_t streams = 1;  // CHOIR_TCP_STREAMS of the connecting rank
   uint8_t auth[32] = {0};
   char job[48] = {0};    // for messages only (truncated)
   char comm[64] = {0};   // for messages only (truncated)
 };
-static_assert(sizeof(HandshakeHello) == 176);
+static_assert(sizeof(HandshakeHello) == 184);
 
 struct HandshakeReply {
   uint32_t magic = kHandshakeMagic;
@@ -48,7 +50,7 @@ void CopyTruncated(char* dst, size_t cap, const std::string& src);
 Status SendHello(int fd, const HandshakeHello& hello, Deadline deadline);
 // Reads and checks a hello against this rank's identity; on refusal sends the
 // reply and returns the error. `from_rank` is set on success.
-Status AcceptHello(int fd, const HandshakeHello& expected, int* from_rank, Deadline deadline);
+Status AcceptHello(int fd, const HandshakeHello& expected, int* from_rank, int* stream, Deadline deadline);
 // Reads the acceptor's reply; its refusal becomes this side's error.
 Status ReadReply(int fd, int peer_rank, const std::string& address, Deadline deadline);
 

@@ -1,10 +1,13 @@
-// TCP channel: one non-blocking socket to a peer on any host.
+// TCP channel: one or more non-blocking sockets ("streams") to a peer on any
+// host.
 //
-// Sends use sendmsg() with the header and payload in one call. Receives go
-// through a stream buffer so that a small message (header + payload) costs one
-// recv(); large payloads are read straight into the destination, and
-// receive-and-reduce reads into the buffer in chunks and combines whole
-// elements from there.
+// Headers and small payloads travel on stream 0, through a stream buffer so
+// that a small message (header + payload) costs one recv(). Payloads of at
+// least CHOIR_TCP_STRIPE_BYTES are cut into one part per stream, at 64-byte
+// boundaries both sides compute from the length, and the parts move in
+// parallel: one stream often cannot fill a fast link. Large parts are read
+// straight into the destination; receive-and-reduce reads into a staging
+// buffer in chunks and combines whole elements from there.
 //
 // Thread-safety: see Channel.
 #ifndef CHOIR_TRANSPORT_TCP_TCP_CHANNEL_H_
@@ -21,8 +24,9 @@ namespace choir::transport {
 
 class TcpChannel final : public Channel {
  public:
-  // `fd` is a connected socket that finished the handshake.
-  TcpChannel(Fd fd, int peer, std::string address, size_t chunk_bytes);
+  // `fds` are connected sockets (stream 0 first) that finished the handshake.
+  TcpChannel(std::vector<Fd> fds, int peer, std::string address, size_t chunk_bytes,
+             size_t stripe_bytes);
   ~TcpChannel() override;
 
   TransportKind kind() const override { return TransportKind::kTcp; }
@@ -34,30 +38,49 @@ class TcpChannel final : public Channel {
   const MsgHeader& incoming() const override { return in_header_; }
   Result<bool> ReadPayload(Xfer& x) override;
 
-  int poll_fd() const override { return fd_.get(); }
+  std::vector<int> poll_fds() const override;
   void SendAbort(int code, const std::string& text) override;
 
  private:
-  // Reads what the socket has into the stream buffer; false when nothing came.
+  struct Part {
+    size_t begin = 0;
+    size_t end = 0;
+  };
+  // Part of a `length`-byte payload carried by stream k.
+  Part PartOf(uint64_t length, size_t k) const;
+  // Reads what stream 0 has into the stream buffer; false when nothing came.
   Result<bool> Fill();
+  Result<bool> ReadStream0(Xfer& x, const Part& part);
+  Result<bool> ReadStream(Xfer& x, size_t k, const Part& part);
+  Result<bool> SendStream0(Xfer& x, const Part& part);
+  Result<bool> SendStream(Xfer& x, size_t k, const Part& part);
   Status Closed(const char* while_doing) const;
   size_t buffered() const { return in_end_ - in_pos_; }
+  int fd(size_t k) const { return fds_[k].get(); }
 
-  Fd fd_;
+  std::vector<Fd> fds_;
   const int peer_;
   const std::string address_;
+  const size_t stripe_bytes_;
 
-  // Sending.
-  size_t header_sent_ = 0;     // bytes of the current header already sent
-  bool mid_message_ = false;   // a message is partly on the wire
+  // Sending: offsets reached in the current message, per stream.
+  size_t header_sent_ = 0;
+  bool send_active_ = false;
+  std::vector<size_t> send_off_;
+  std::atomic<bool> mid_message_{false};
   std::atomic<bool> aborted_{false};
 
   // Receiving.
-  std::vector<uint8_t> in_;
+  std::vector<uint8_t> in_;  // stream 0's buffer
   size_t in_pos_ = 0;
   size_t in_end_ = 0;
   bool have_header_ = false;
   MsgHeader in_header_;
+  bool recv_active_ = false;
+  std::vector<size_t> recv_off_;
+  std::vector<std::vector<uint8_t>> stage_;  // per stream > 0, for receive-and-reduce
+  std::vector<size_t> stage_len_;
+  const size_t chunk_bytes_;
 };
 
 }  // namespace choir::transport

@@ -1,0 +1,170 @@
+// Cost: 1 step; every byte crosses between processes once (process_vm_readv),
+// n ranks working in parallel on their own share. For large messages on one
+// host when the kernel allows cross-memory attach.
+//
+// cma: ranks publish the addresses of their user buffers in the host's shared
+// area (local_ops.h); each rank then reads what it needs straight out of its
+// peers' memory. Allreduce is a reduce-scatter (rank r combines slice r of all
+// inputs into its own output, chunk by chunk, announcing each finished chunk)
+// followed by an allgather (every rank copies the finished slices out of their
+// owners' outputs as soon as they are announced). Reads go through a small
+// cache-resident buffer and large results are written with streaming stores,
+// so each output byte costs one DRAM write. A rank returns only when every
+// peer has stopped reading its buffers.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "algorithms/algorithms.h"
+#include "algorithms/block_steps.h"
+#include "algorithms/local_ops.h"
+
+namespace choir::algorithms {
+
+Status AllreduceCma(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  std::vector<PeerBuffers> bufs;
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv, &bufs));
+  const int n = op.size();
+  const size_t es = c.elem_size();
+  auto* out = static_cast<uint8_t*>(a.recv);
+  const Blocks slices = EvenBlocks(a.count, n);
+  const auto& mine = slices[static_cast<size_t>(op.me())];
+  CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, static_cast<const uint8_t*>(a.send), mine.offset * es,
+                                        mine.count, out + mine.offset * es,
+                                        [&](uint64_t k, uint8_t* chunk, size_t elems) {
+                                          FinishAverage(c, chunk, elems);
+                                          op.SetProgress(k + 1);
+                                        }));
+  const size_t chunk = std::max<size_t>(1, kCmaChunkBytes / es);
+  for (int s = 1; s < n; ++s) {
+    const int p = (op.me() + s) % n;
+    const auto& pb = slices[static_cast<size_t>(p)];
+    uint64_t k = 0;
+    for (size_t done = 0; done < pb.count; done += chunk, ++k) {
+      const size_t m = std::min(chunk, pb.count - done);
+      const size_t off = (pb.offset + done) * es;
+      CHOIR_RETURN_IF_ERROR(op.WaitProgress(p, k + 1));
+      CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, p, out + off, bufs[static_cast<size_t>(p)].recv + off, m * es));
+    }
+  }
+  return op.Finish();
+}
+
+Status ReduceScatterCma(Context& c, const OpArgs& a) {
+  Blocks blocks = EvenBlocks(a.count * static_cast<size_t>(c.size()), c.size());
+  CHOIR_RETURN_IF_ERROR(CmaReduceScatterBlocks(c, static_cast<const uint8_t*>(a.send),
+                                               static_cast<uint8_t*>(a.recv), blocks));
+  FinishAverage(c, a.recv, a.count);
+  return Status::Ok();
+}
+
+Status AllgatherCma(Context& c, const OpArgs& a) {
+  std::vector<size_t> counts = a.recv_counts;
+  if (a.kind == CollKind::kAllgather) counts.assign(static_cast<size_t>(c.size()), a.count);
+  const Blocks blocks = patterns::BlocksFromCounts(counts);
+  const auto& mine = blocks[static_cast<size_t>(c.rank())];
+  auto* out = static_cast<uint8_t*>(a.recv);
+  CopyIfDistinct(out + mine.offset * c.elem_size(), a.send, mine.count * c.elem_size());
+  return CmaAllgatherBlocks(c, out, blocks);
+}
+
+Status BroadcastCma(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  std::vector<PeerBuffers> bufs;
+  const bool root = c.rank() == a.root;
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, root ? a.send : nullptr, a.recv, &bufs));
+  const size_t bytes = a.count * c.elem_size();
+  if (root) {
+    CopyIfDistinct(a.recv, a.send, bytes);
+  } else {
+    CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, a.root, static_cast<uint8_t*>(a.recv),
+                                       bufs[static_cast<size_t>(a.root)].send, bytes));
+  }
+  return op.Finish();
+}
+
+Status ReduceCma(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  std::vector<PeerBuffers> bufs;
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv, &bufs));
+  if (c.rank() == a.root) {
+    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, static_cast<const uint8_t*>(a.send), 0, a.count,
+                                          static_cast<uint8_t*>(a.recv), nullptr));
+    FinishAverage(c, a.recv, a.count);
+  }
+  return op.Finish();
+}
+
+Status GatherCma(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  std::vector<PeerBuffers> bufs;
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv, &bufs));
+  if (c.rank() == a.root) {
+    const size_t block = a.count * c.elem_size();
+    auto* out = static_cast<uint8_t*>(a.recv);
+    CopyIfDistinct(out + static_cast<size_t>(a.root) * block, a.send, block);
+    for (int s = 1; s < op.size(); ++s) {
+      const int p = (op.me() + s) % op.size();
+      CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, p, out + static_cast<size_t>(p) * block,
+                                         bufs[static_cast<size_t>(p)].send, block));
+    }
+  }
+  return op.Finish();
+}
+
+Status ScatterCma(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  std::vector<PeerBuffers> bufs;
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv, &bufs));
+  const size_t block = a.count * c.elem_size();
+  const size_t mine = static_cast<size_t>(c.rank()) * block;
+  if (c.rank() == a.root) {
+    CopyIfDistinct(a.recv, static_cast<const uint8_t*>(a.send) + mine, block);
+  } else {
+    CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, a.root, static_cast<uint8_t*>(a.recv),
+                                       bufs[static_cast<size_t>(a.root)].send + mine, block));
+  }
+  return op.Finish();
+}
+
+Status AlltoallCma(Context& c, const OpArgs& a) {
+  const int n = c.size();
+  const size_t es = c.elem_size();
+  std::vector<size_t> sc = a.send_counts, rc = a.recv_counts;
+  if (a.kind == CollKind::kAlltoall) {
+    sc.assign(static_cast<size_t>(n), a.count);
+    rc.assign(static_cast<size_t>(n), a.count);
+  }
+  const Blocks sblocks = patterns::BlocksFromCounts(sc);
+  const Blocks rblocks = patterns::BlocksFromCounts(rc);
+  std::vector<uint64_t> offsets(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) offsets[static_cast<size_t>(p)] = sblocks[static_cast<size_t>(p)].offset * es;
+  // In place, a peer may still need a block this rank is about to overwrite:
+  // peers read from a private copy of the input.
+  const void* send = a.send;
+  std::vector<uint8_t> copy;
+  if (a.send == a.recv) {
+    const size_t total = (sblocks.back().offset + sblocks.back().count) * es;
+    copy.assign(static_cast<const uint8_t*>(a.send), static_cast<const uint8_t*>(a.send) + total);
+    send = copy.data();
+  }
+  AreaOp op(c);
+  std::vector<PeerBuffers> bufs;
+  std::vector<std::vector<uint64_t>> tables;
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, send, a.recv, &bufs, offsets, &tables));
+  auto* out = static_cast<uint8_t*>(a.recv);
+  const auto me = static_cast<size_t>(op.me());
+  CopyIfDistinct(out + rblocks[me].offset * es, static_cast<const uint8_t*>(send) + sblocks[me].offset * es,
+                 rblocks[me].count * es);
+  for (int s = 1; s < n; ++s) {
+    const auto p = static_cast<size_t>((op.me() + s) % n);
+    CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, static_cast<int>(p), out + rblocks[p].offset * es,
+                                       bufs[p].send + tables[p][me], rblocks[p].count * es));
+  }
+  return op.Finish();
+}
+
+bool CmaUsable(const GroupView& g, const OpArgs&) { return g.same_host && g.cma; }
+
+}  // namespace choir::algorithms

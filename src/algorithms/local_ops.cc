@@ -1,0 +1,231 @@
+#include "algorithms/local_ops.h"
+
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace choir::algorithms {
+
+bool LocalGroupUsable(const Context& c) {
+  const transport::LocalGroup* g = c.local_group();
+  if (g == nullptr || g->size() != c.size() || g->size() < 2) return false;
+  if (c.covers_whole_comm()) return true;
+  // A subgroup qualifies when it is exactly this host's ranks, in rank order
+  // (then group rank == local index).
+  return c.GroupRanks() == g->ranks;
+}
+
+AreaOp::AreaOp(Context& c) : ctx_(&c), group_(c.local_group()) {
+  id_ = group_->next_id++;
+  parity_ = static_cast<int>(id_ & 1);
+}
+
+Status AreaOp::Wait(const std::function<bool()>& ready, const std::function<std::string()>& what) {
+  return ctx_->WaitLocal(ready, what);
+}
+
+Status AreaOp::Acquire() {
+  if (id_ <= 2) return Status::Ok();
+  const uint64_t need = id_ - 2;  // the previous operation that used this slot
+  return Wait(
+      [&] {
+        for (int p = 0; p < size(); ++p) {
+          if (p == me()) continue;
+          if (group_->areas[static_cast<size_t>(p)].ctl()->read_done[parity_].load(std::memory_order_acquire) < need) {
+            return false;
+          }
+        }
+        return true;
+      },
+      [&] {
+        std::string who;
+        for (int p = 0; p < size(); ++p) {
+          if (p != me() && group_->areas[static_cast<size_t>(p)].ctl()->read_done[parity_].load() < need) {
+            who += (who.empty() ? "rank " : ", rank ") + std::to_string(group_->ranks[static_cast<size_t>(p)]);
+          }
+        }
+        return who + " to finish reading this rank's shared slot";
+      });
+}
+
+void AreaOp::Publish(uint64_t bytes) {
+  transport::SlotHeader* h = group_->mine().slot(parity_);
+  h->sig = ctx_->sig_word();
+  h->count = ctx_->sig_count();
+  h->bytes = bytes;
+  h->id.store(id_, std::memory_order_release);
+  group_->NotifyPeers();
+}
+
+Status AreaOp::CheckSignature(int p) const {
+  const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(parity_);
+  if (h->sig != ctx_->sig_word() || h->count != ctx_->sig_count()) {
+    return ctx_->Mismatch(h->sig, h->count, group_->ranks[static_cast<size_t>(p)]);
+  }
+  return Status::Ok();
+}
+
+Status AreaOp::WaitFor(int p) {
+  const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(parity_);
+  CHOIR_RETURN_IF_ERROR(Wait([&] { return h->id.load(std::memory_order_acquire) == id_; },
+                             [&] { return "rank " + std::to_string(group_->ranks[static_cast<size_t>(p)]) +
+                                          " to arrive (same-host slot)"; }));
+  return CheckSignature(p);
+}
+
+Status AreaOp::WaitAll() {
+  CHOIR_RETURN_IF_ERROR(Wait(
+      [&] {
+        for (int p = 0; p < size(); ++p) {
+          if (p != me() && group_->areas[static_cast<size_t>(p)].slot(parity_)->id.load(std::memory_order_acquire) != id_) {
+            return false;
+          }
+        }
+        return true;
+      },
+      [&] {
+        std::string who;
+        for (int p = 0; p < size(); ++p) {
+          if (p != me() && group_->areas[static_cast<size_t>(p)].slot(parity_)->id.load() != id_) {
+            who += (who.empty() ? "rank " : ", rank ") + std::to_string(group_->ranks[static_cast<size_t>(p)]);
+          }
+        }
+        return who + " to arrive (same-host slots)";
+      }));
+  for (int p = 0; p < size(); ++p) {
+    if (p != me()) CHOIR_RETURN_IF_ERROR(CheckSignature(p));
+  }
+  return Status::Ok();
+}
+
+void AreaOp::FinishReads() {
+  // Traffic through the shared slots is counted on the reading side.
+  for (int p = 0; p < size(); ++p) {
+    const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(parity_);
+    if (p != me() && h->id.load(std::memory_order_relaxed) == id_) ctx_->CountSharedRead(p, h->bytes);
+  }
+  group_->mine().ctl()->read_done[parity_].store(id_, std::memory_order_release);
+  group_->NotifyPeers();
+}
+
+void AreaOp::SetProgress(uint64_t chunks_done) {
+  group_->mine().ctl()->progress.store((id_ << transport::kProgressShift) | chunks_done, std::memory_order_release);
+  group_->NotifyPeers();
+}
+
+Status AreaOp::WaitProgress(int p, uint64_t chunks) {
+  const uint64_t want = (id_ << transport::kProgressShift) | chunks;
+  const auto* ctl = group_->areas[static_cast<size_t>(p)].ctl();
+  return Wait([&] { return ctl->progress.load(std::memory_order_acquire) >= want; },
+              [&] { return "rank " + std::to_string(group_->ranks[static_cast<size_t>(p)]) +
+                           " to finish its share (same-host single copy)"; });
+}
+
+Status AreaOp::Finish() {
+  group_->mine().ctl()->finished.store(id_, std::memory_order_release);
+  group_->NotifyPeers();
+  return Wait(
+      [&] {
+        for (int p = 0; p < size(); ++p) {
+          if (p != me() && group_->areas[static_cast<size_t>(p)].ctl()->finished.load(std::memory_order_acquire) < id_) {
+            return false;
+          }
+        }
+        return true;
+      },
+      [&] { return std::string("local ranks to finish reading this rank's buffers"); });
+}
+
+Status ReadRemote(int pid, int peer_rank, void* local, uint64_t remote, size_t bytes) {
+  auto* dst = static_cast<uint8_t*>(local);
+  while (bytes > 0) {
+    iovec l{dst, bytes};
+    iovec r{reinterpret_cast<void*>(remote), bytes};
+    const ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (got <= 0) {
+      const int err = got < 0 ? errno : EIO;
+      if (err == EINTR) continue;
+      if (err == ESRCH) {
+        return Status(Code::kPeerLost, fmt::format("rank {} (pid {}) exited during a same-host transfer", peer_rank, pid));
+      }
+      return ErrnoError(Code::kSystemError, err,
+                        fmt::format("process_vm_readv of {} bytes from rank {} (pid {})", bytes, peer_rank, pid));
+    }
+    dst += got;
+    remote += static_cast<uint64_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
+  return Status::Ok();
+}
+
+Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<PeerBuffers>* all,
+                         const std::vector<uint64_t>& table, std::vector<std::vector<uint64_t>>* tables) {
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  const PeerBuffers mine{reinterpret_cast<uint64_t>(send), reinterpret_cast<uint64_t>(recv)};
+  std::memcpy(op.my_data(), &mine, sizeof(mine));
+  if (!table.empty()) std::memcpy(op.my_data() + sizeof(mine), table.data(), table.size() * sizeof(uint64_t));
+  op.Publish(sizeof(mine) + table.size() * sizeof(uint64_t));
+  CHOIR_RETURN_IF_ERROR(op.WaitAll());
+  all->resize(static_cast<size_t>(op.size()));
+  if (tables) tables->resize(static_cast<size_t>(op.size()));
+  for (int p = 0; p < op.size(); ++p) {
+    std::memcpy(&(*all)[static_cast<size_t>(p)], op.data(p), sizeof(PeerBuffers));
+    if (tables) {
+      auto& t = (*tables)[static_cast<size_t>(p)];
+      t.resize(table.size());
+      std::memcpy(t.data(), op.data(p) + sizeof(PeerBuffers), table.size() * sizeof(uint64_t));
+    }
+  }
+  op.FinishReads();
+  return Status::Ok();
+}
+
+Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes) {
+  Context& c = op.ctx();
+  c.CountSharedRead(p, bytes);
+  if (bytes < kStreamingBytes) return ReadRemote(op.pid(p), c.CommRank(p), dst, remote, bytes);
+  CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(kCmaChunkBytes));
+  for (size_t done = 0; done < bytes; done += kCmaChunkBytes) {
+    const size_t m = std::min(kCmaChunkBytes, bytes - done);
+    CHOIR_RETURN_IF_ERROR(ReadRemote(op.pid(p), c.CommRank(p), tmp, remote + done, m));
+    kernels::CopyBytes(dst + done, tmp, m, /*nontemporal=*/true);
+  }
+  return Status::Ok();
+}
+
+Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const uint8_t* own,
+                       uint64_t offset, size_t elems, uint8_t* dst,
+                       const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk) {
+  Context& c = op.ctx();
+  const int n = op.size();
+  const size_t es = c.elem_size();
+  const size_t chunk = std::max<size_t>(1, kCmaChunkBytes / es);
+  CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(static_cast<size_t>(n) * chunk * es));
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  const bool streaming = elems * es >= kStreamingBytes;
+  uint64_t k = 0;
+  for (size_t done = 0; done < elems; done += chunk, ++k) {
+    const size_t m = std::min(chunk, elems - done);
+    const uint64_t off = offset + done * es;
+    for (int p = 0; p < n; ++p) {
+      if (p == op.me()) {
+        srcs[static_cast<size_t>(p)] = own + off;
+        continue;
+      }
+      uint8_t* buf = tmp + static_cast<size_t>(p) * chunk * es;
+      CHOIR_RETURN_IF_ERROR(ReadRemote(op.pid(p), c.CommRank(p), buf, bufs[static_cast<size_t>(p)].send + off, m * es));
+      c.CountSharedRead(p, m * es);
+      srcs[static_cast<size_t>(p)] = buf;
+    }
+    uint8_t* out = dst + done * es;
+    kernels::ReduceMany(out, srcs.data(), n, m, c.dtype(), c.op(), streaming);
+    if (on_chunk) on_chunk(k, out, m);
+  }
+  return Status::Ok();
+}
+
+}  // namespace choir::algorithms

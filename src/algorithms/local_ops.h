@@ -1,0 +1,103 @@
+// Building blocks of the same-host algorithms (shm_flat.cc, cma.cc): one
+// "area operation" on the host's shared slots, as every local rank runs it.
+//
+//   AreaOp op(ctx);                 // next id, slot parity
+//   op.Acquire();                   // my slot is no longer being read by anyone
+//   memcpy(op.my_data(), ...);      // fill it
+//   op.Publish(bytes);              // id + signature become visible to peers
+//   op.WaitAll() / op.WaitFor(p);   // peers' slots of this id (signatures checked)
+//   ... read op.data(p) ...
+//   op.FinishReads();               // peers may reuse their slots
+//
+// Large (CMA) operations publish buffer addresses instead of data, advance a
+// per-rank progress counter while they work, and end with Finish(), which
+// returns only when every peer has stopped reading this rank's buffers.
+//
+// Thread-safety: used by the thread running the operation.
+#ifndef CHOIR_ALGORITHMS_LOCAL_OPS_H_
+#define CHOIR_ALGORITHMS_LOCAL_OPS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "algorithms/context.h"
+#include "transport/shm/local_group.h"
+
+namespace choir::algorithms {
+
+// True when the context covers exactly this host's local group (every rank of
+// the communicator is local), which the same-host algorithms require.
+bool LocalGroupUsable(const Context& c);
+
+class AreaOp {
+ public:
+  explicit AreaOp(Context& c);
+
+  Status Acquire();
+  uint8_t* my_data() const { return group_->mine().data(parity_); }
+  size_t slot_bytes() const { return group_->mine().slot_bytes(); }
+  void Publish(uint64_t bytes);
+  Status WaitFor(int local_index);
+  Status WaitAll();
+  const uint8_t* data(int local_index) const {
+    return group_->areas[static_cast<size_t>(local_index)].data(parity_);
+  }
+  uint64_t bytes(int local_index) const {
+    return group_->areas[static_cast<size_t>(local_index)].slot(parity_)->bytes;
+  }
+  void FinishReads();
+
+  // Large operations.
+  void SetProgress(uint64_t chunks_done);
+  Status WaitProgress(int local_index, uint64_t chunks);
+  // Marks this rank done and waits until every peer is done too.
+  Status Finish();
+
+  int me() const { return group_->index; }
+  int size() const { return group_->size(); }
+  int pid(int local_index) const { return group_->pids[static_cast<size_t>(local_index)]; }
+  uint64_t id() const { return id_; }
+  Context& ctx() const { return *ctx_; }
+
+ private:
+  Status Wait(const std::function<bool()>& ready, const std::function<std::string()>& what);
+  Status CheckSignature(int local_index) const;
+
+  Context* ctx_;
+  transport::LocalGroup* group_;
+  uint64_t id_;
+  int parity_;
+};
+
+// Reads `bytes` at `remote` in process `pid` into `local` (process_vm_readv,
+// looping over partial reads). PeerLost when the process is gone.
+Status ReadRemote(int pid, int peer_rank, void* local, uint64_t remote, size_t bytes);
+
+// Addresses of a rank's user buffers, as published in its slot.
+struct PeerBuffers {
+  uint64_t send = 0;
+  uint64_t recv = 0;
+};
+// Publishes this rank's buffer addresses (plus an optional table of numbers)
+// and reads every rank's, then releases the slots.
+Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<PeerBuffers>* all,
+                         const std::vector<uint64_t>& table = {},
+                         std::vector<std::vector<uint64_t>>* tables = nullptr);
+// Copies `bytes` from local rank p's memory at `remote` into `dst`; large
+// copies go through a cache-resident buffer and streaming stores.
+Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes);
+// dst = combination over every local rank of the `elems` elements at byte
+// offset `offset` of their `send` buffers (this rank's from `own`), chunk by
+// chunk; after each chunk, on_chunk(chunk_index, dst_chunk, elems_in_chunk).
+Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const uint8_t* own,
+                       uint64_t offset, size_t elems, uint8_t* dst,
+                       const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk);
+
+inline constexpr size_t kCmaChunkBytes = 512 * 1024;   // per peer: fits the L2 cache
+inline constexpr size_t kStreamingBytes = 4u << 20;     // larger outputs bypass the caches
+
+}  // namespace choir::algorithms
+
+#endif  // CHOIR_ALGORITHMS_LOCAL_OPS_H_

@@ -1,0 +1,223 @@
+// Cost: 1 step; each rank writes its input to its shared slot once and reads
+// what it needs straight from the peers' slots (n-1 cache-line hand-offs for
+// tiny messages). For payloads up to CHOIR_SHM_SLOT_BYTES on one host.
+//
+// shm_flat: every rank publishes into its own slot of the host's shared area
+// (local_ops.h) and computes its result from all slots. Reductions combine the
+// ranks in rank order on every rank (float16/bfloat16 accumulate in float32
+// and round once), so every rank gets bit-identical results. No rings, no
+// per-message headers, no thread hand-off: this is the latency path.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "algorithms/algorithms.h"
+#include "algorithms/local_ops.h"
+#include "algorithms/patterns/blocks.h"
+
+namespace choir::algorithms {
+namespace {
+
+// Pointers to every rank's slot data, in rank order.
+std::vector<const void*> AllSlots(const AreaOp& op, size_t offset) {
+  std::vector<const void*> srcs(static_cast<size_t>(op.size()));
+  for (int p = 0; p < op.size(); ++p) srcs[static_cast<size_t>(p)] = op.data(p) + offset;
+  return srcs;
+}
+
+void Copy(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+}
+
+}  // namespace
+
+// Payload each rank needs in its slot, or 0 when the collective has no flat form.
+size_t FlatSlotBytes(const OpArgs& a, int n) {
+  const size_t es = a.elem_size();
+  const size_t nn = static_cast<size_t>(n);
+  switch (a.kind) {
+    case CollKind::kAllreduce:
+    case CollKind::kReduce:
+    case CollKind::kBroadcast:
+    case CollKind::kAllgather:
+    case CollKind::kGather:
+      return a.count * es;
+    case CollKind::kReduceScatter:
+    case CollKind::kScatter:
+    case CollKind::kAlltoall:
+      return nn * a.count * es;
+    case CollKind::kAllgatherV:
+      return *std::max_element(a.recv_counts.begin(), a.recv_counts.end()) * es;
+    case CollKind::kBarrier:
+      return 0;
+    default:
+      return SIZE_MAX;
+  }
+}
+
+Status AllreduceFlat(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  const size_t bytes = a.count * c.elem_size();
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  Copy(op.my_data(), a.send, bytes);
+  op.Publish(bytes);
+  CHOIR_RETURN_IF_ERROR(op.WaitAll());
+  const auto srcs = AllSlots(op, 0);
+  if (a.count > 0) kernels::ReduceMany(a.recv, srcs.data(), op.size(), a.count, c.dtype(), c.op());
+  FinishAverage(c, a.recv, a.count);
+  op.FinishReads();
+  return Status::Ok();
+}
+
+Status ReduceFlat(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  const size_t bytes = a.count * c.elem_size();
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  Copy(op.my_data(), a.send, bytes);
+  op.Publish(bytes);
+  if (c.rank() == a.root) {
+    CHOIR_RETURN_IF_ERROR(op.WaitAll());
+    const auto srcs = AllSlots(op, 0);
+    if (a.count > 0) kernels::ReduceMany(a.recv, srcs.data(), op.size(), a.count, c.dtype(), c.op());
+    FinishAverage(c, a.recv, a.count);
+  }
+  op.FinishReads();
+  return Status::Ok();
+}
+
+Status ReduceScatterFlat(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  const size_t block = a.count * c.elem_size();
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  Copy(op.my_data(), a.send, block * static_cast<size_t>(op.size()));
+  op.Publish(block * static_cast<size_t>(op.size()));
+  CHOIR_RETURN_IF_ERROR(op.WaitAll());
+  const auto srcs = AllSlots(op, static_cast<size_t>(c.rank()) * block);
+  if (a.count > 0) kernels::ReduceMany(a.recv, srcs.data(), op.size(), a.count, c.dtype(), c.op());
+  FinishAverage(c, a.recv, a.count);
+  op.FinishReads();
+  return Status::Ok();
+}
+
+Status BroadcastFlat(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  const size_t bytes = a.count * c.elem_size();
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  if (c.rank() == a.root) {
+    Copy(op.my_data(), a.send, bytes);
+    Copy(a.recv, a.send, bytes);
+  }
+  op.Publish(c.rank() == a.root ? bytes : 0);
+  if (c.rank() != a.root) {
+    CHOIR_RETURN_IF_ERROR(op.WaitFor(a.root));
+    Copy(a.recv, op.data(a.root), bytes);
+  }
+  op.FinishReads();
+  return Status::Ok();
+}
+
+Status AllgatherFlat(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  const size_t es = c.elem_size();
+  const int n = op.size();
+  std::vector<size_t> counts = a.recv_counts;
+  if (a.kind == CollKind::kAllgather) counts.assign(static_cast<size_t>(n), a.count);
+  const auto blocks = patterns::BlocksFromCounts(counts);
+  const size_t mine = counts[static_cast<size_t>(c.rank())] * es;
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  Copy(op.my_data(), a.send, mine);
+  op.Publish(mine);
+  CHOIR_RETURN_IF_ERROR(op.WaitAll());
+  auto* out = static_cast<uint8_t*>(a.recv);
+  for (int p = 0; p < n; ++p) {
+    const auto& b = blocks[static_cast<size_t>(p)];
+    Copy(out + b.offset * es, op.data(p), b.count * es);
+  }
+  op.FinishReads();
+  return Status::Ok();
+}
+
+Status GatherFlat(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  const size_t block = a.count * c.elem_size();
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  Copy(op.my_data(), a.send, block);
+  op.Publish(block);
+  if (c.rank() == a.root) {
+    CHOIR_RETURN_IF_ERROR(op.WaitAll());
+    auto* out = static_cast<uint8_t*>(a.recv);
+    for (int p = 0; p < op.size(); ++p) Copy(out + static_cast<size_t>(p) * block, op.data(p), block);
+  }
+  op.FinishReads();
+  return Status::Ok();
+}
+
+Status ScatterFlat(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  const size_t block = a.count * c.elem_size();
+  const bool root = c.rank() == a.root;
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  if (root) Copy(op.my_data(), a.send, block * static_cast<size_t>(op.size()));
+  op.Publish(root ? block * static_cast<size_t>(op.size()) : 0);
+  if (root) {
+    Copy(a.recv, static_cast<const uint8_t*>(a.send) + static_cast<size_t>(a.root) * block, block);
+  } else {
+    CHOIR_RETURN_IF_ERROR(op.WaitFor(a.root));
+    Copy(a.recv, op.data(a.root) + static_cast<size_t>(c.rank()) * block, block);
+  }
+  op.FinishReads();
+  return Status::Ok();
+}
+
+Status AlltoallFlat(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  const size_t es = c.elem_size();
+  const int n = op.size();
+  const size_t table = static_cast<size_t>(n) * sizeof(uint64_t);
+  std::vector<size_t> sc = a.send_counts, rc = a.recv_counts;
+  if (a.kind == CollKind::kAlltoall) {
+    sc.assign(static_cast<size_t>(n), a.count);
+    rc.assign(static_cast<size_t>(n), a.count);
+  }
+  // Slot: a table of byte offsets of each destination's block, then the data.
+  const auto sblocks = patterns::BlocksFromCounts(sc);
+  const size_t total = (sblocks.back().offset + sblocks.back().count) * es;
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  auto* offsets = reinterpret_cast<uint64_t*>(op.my_data());
+  for (int p = 0; p < n; ++p) offsets[p] = sblocks[static_cast<size_t>(p)].offset * es;
+  Copy(op.my_data() + table, a.send, total);
+  op.Publish(table + total);
+  CHOIR_RETURN_IF_ERROR(op.WaitAll());
+  const auto rblocks = patterns::BlocksFromCounts(rc);
+  auto* out = static_cast<uint8_t*>(a.recv);
+  for (int p = 0; p < n; ++p) {
+    uint64_t off = 0;
+    std::memcpy(&off, op.data(p) + static_cast<size_t>(c.rank()) * sizeof(uint64_t), sizeof(off));
+    const auto& rb = rblocks[static_cast<size_t>(p)];
+    if (table + off + rb.count * es > op.bytes(p)) {
+      return Status(Code::kCollectiveMismatch,
+                    "rank " + std::to_string(c.CommRank(p)) + " sends fewer elements than this rank's recv_counts expect");
+    }
+    Copy(out + rb.offset * es, op.data(p) + table + off, rb.count * es);
+  }
+  op.FinishReads();
+  return Status::Ok();
+}
+
+Status BarrierFlat(Context& c, const OpArgs&) {
+  AreaOp op(c);
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  op.Publish(0);
+  CHOIR_RETURN_IF_ERROR(op.WaitAll());
+  op.FinishReads();
+  return Status::Ok();
+}
+
+bool FlatUsable(const GroupView& g, const OpArgs& a) {
+  // Every rank must reach the same verdict: alltoallv's payload depends on
+  // this rank's own send counts, which peers do not know, so it never goes flat.
+  if (!g.same_host || a.kind == CollKind::kAlltoallV) return false;
+  return FlatSlotBytes(a, g.size) <= g.slot_bytes;
+}
+
+}  // namespace choir::algorithms

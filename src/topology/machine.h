@@ -1,0 +1,81 @@
+// One machine as hwloc sees it, reduced to what rank placement needs: every
+// processing unit (PU) with its core, package and NUMA node. The machine is
+// the real one or an hwloc synthetic description ("pack:2 numa:1 core:4
+// pu:1"), which lets tests and `choir topo` reason about machines they do not
+// run on. Binding is never done here (with a synthetic topology it would be a
+// silent no-op anyway); the launcher binds.
+//
+// Thread-safety: HwlocTopology is a move-only owner used by one thread at a
+// time; the functions are thread-safe.
+#ifndef CHOIR_TOPOLOGY_MACHINE_H_
+#define CHOIR_TOPOLOGY_MACHINE_H_
+
+#include <hwloc.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "choir/status.h"
+#include "choir/topology.h"
+
+namespace choir::topology {
+
+// Synthetic descriptions with more PUs than this are rejected before hwloc
+// builds them ("pack:1000 core:1000 pu:1000" would take gigabytes).
+inline constexpr int kMaxSyntheticPus = 16384;
+
+// Owns an hwloc topology handle.
+class HwlocTopology {
+ public:
+  // Loads this machine ("") or a synthetic description. Errors: InvalidArgument
+  // for a description hwloc rejects or that is too large, SystemError when
+  // hwloc cannot read this machine.
+  static Result<HwlocTopology> Load(const std::string& synthetic);
+
+  hwloc_topology_t get() const { return handle_.get(); }
+
+ private:
+  struct Destroy {
+    void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
+  };
+  std::unique_ptr<hwloc_topology, Destroy> handle_;
+};
+
+// Owns an hwloc bitmap (cpuset).
+struct BitmapDeleter {
+  void operator()(hwloc_bitmap_s* b) const { hwloc_bitmap_free(b); }
+};
+using Bitmap = std::unique_ptr<hwloc_bitmap_s, BitmapDeleter>;
+
+// The package / NUMA number hwloc shows as P# (what numactl and lstopo print),
+// or its logical index when the OS gave none; -1 for no object.
+int ObjectNumber(hwloc_obj_t obj);
+
+struct CpuPlace {
+  int pu = -1;    // OS number of the PU (what taskset and sched_setaffinity use)
+  int core = -1;  // logical index of its core
+  int package = -1;
+  int numa = -1;
+};
+
+struct MachineLayout {
+  std::string description;    // "this machine" or the synthetic string
+  std::vector<CpuPlace> pus;  // hwloc logical order
+  int packages = 0;
+  int numa_nodes = 0;
+  int cores = 0;
+};
+
+Result<MachineLayout> LoadMachineLayout(const std::string& synthetic);
+
+// Where `ranks` ranks started on `machine` would run if a launcher binds them
+// the way choir's does: ranks are spread over NUMA nodes in contiguous blocks
+// (ranks 0..k-1 on the first node), and each node's PUs are split evenly
+// between its ranks (several ranks share a PU only when ranks outnumber PUs).
+// Only package, numa and cores are filled in.
+std::vector<RankPlace> PlaceLocalRanks(const MachineLayout& machine, int ranks);
+
+}  // namespace choir::topology
+
+#endif  // CHOIR_TOPOLOGY_MACHINE_H_

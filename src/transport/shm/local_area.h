@@ -1,0 +1,80 @@
+// The same-host collective area: a few control lines and two data slots per
+// rank, in the rank's own shared segment, read directly by every other rank
+// of the host.
+//
+// Small collectives (shm_flat) work by publishing: each rank writes its input
+// into a slot and bumps the slot's id; the others read it in place, so an
+// 8-byte allreduce costs one cache-line transfer per peer and no copies
+// through rings. Large collectives use the same ids to publish the addresses
+// of their user buffers, which peers read with process_vm_readv (one copy,
+// straight from the owner's memory) when the kernel allows it.
+//
+// Ids: every participating rank runs the same sequence of area operations,
+// numbered 1, 2, 3... Operation k uses slot k % 2. Before writing slot b for
+// operation k a rank waits until every peer has finished reading that slot
+// for the previous operation that used it (read_done[b]).
+//
+// Layout (docs/protocols.md, "Shared-memory segment"):
+//   AreaCtl (256 B) | slot 0: SlotHeader (32 B) + data | slot 1: ...
+// Slot data starts inside the header's cache line, so payloads of up to 32
+// bytes travel with their id in a single line.
+//
+// Thread-safety: the atomics synchronize the processes; within a process one
+// thread (the communicator's engine) uses the area at a time.
+#ifndef CHOIR_TRANSPORT_SHM_LOCAL_AREA_H_
+#define CHOIR_TRANSPORT_SHM_LOCAL_AREA_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace choir::transport {
+
+struct alignas(64) AreaCtl {
+  alignas(64) std::atomic<uint64_t> read_done[2];  // last op id whose reads of each slot parity finished
+  alignas(64) std::atomic<uint64_t> progress;      // (op id << 24) | chunks of this rank's share finished
+  alignas(64) std::atomic<uint64_t> finished;      // last op id this rank finished (peers may reuse buffers)
+};
+static_assert(sizeof(AreaCtl) == 192);
+
+struct SlotHeader {
+  std::atomic<uint64_t> id;  // op id whose data the slot holds
+  uint64_t sig;              // collective signature word
+  uint64_t count;            // signature count
+  uint64_t bytes;            // payload bytes in the slot
+};
+static_assert(sizeof(SlotHeader) == 32);
+
+inline constexpr size_t kAreaCtlBytes = 256;
+inline constexpr int kProgressShift = 24;
+inline constexpr uint64_t kProgressMask = (uint64_t{1} << kProgressShift) - 1;
+
+// Bytes of one rank's area for `slot_bytes` of payload per slot.
+inline size_t AreaBytes(size_t slot_bytes) {
+  const size_t slot = (sizeof(SlotHeader) + slot_bytes + 63) / 64 * 64;
+  return kAreaCtlBytes + 2 * slot;
+}
+
+// A view of one rank's area (own or a peer's).
+class AreaView {
+ public:
+  AreaView() = default;
+  AreaView(uint8_t* base, size_t slot_bytes) : base_(base), slot_bytes_(slot_bytes) {}
+
+  AreaCtl* ctl() const { return reinterpret_cast<AreaCtl*>(base_); }
+  SlotHeader* slot(int b) const {
+    return reinterpret_cast<SlotHeader*>(base_ + kAreaCtlBytes + static_cast<size_t>(b) * SlotStride());
+  }
+  uint8_t* data(int b) const { return reinterpret_cast<uint8_t*>(slot(b)) + sizeof(SlotHeader); }
+  size_t slot_bytes() const { return slot_bytes_; }
+  bool valid() const { return base_ != nullptr; }
+
+ private:
+  size_t SlotStride() const { return (sizeof(SlotHeader) + slot_bytes_ + 63) / 64 * 64; }
+  uint8_t* base_ = nullptr;
+  size_t slot_bytes_ = 0;
+};
+
+}  // namespace choir::transport
+
+#endif  // CHOIR_TRANSPORT_SHM_LOCAL_AREA_H_

@@ -1,0 +1,40 @@
+// The ranks of one communicator that share this host's memory, as seen by the
+// same-host algorithms (algorithms/shm_flat.cc, algorithms/cma_*.cc).
+//
+// Exists only when every local rank shares memory with every other local
+// rank (CHOIR_TRANSPORT forcing tcp on one of them breaks the group up).
+//
+// Thread-safety: used by the thread running the current operation.
+#ifndef CHOIR_TRANSPORT_SHM_LOCAL_GROUP_H_
+#define CHOIR_TRANSPORT_SHM_LOCAL_GROUP_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "transport/shm/local_area.h"
+#include "transport/shm/segment.h"
+
+namespace choir::transport {
+
+struct LocalGroup {
+  std::vector<int> ranks;               // communicator ranks on this host, ascending
+  int index = -1;                       // this rank's position in `ranks`
+  std::vector<AreaView> areas;          // by local index (own included)
+  std::vector<SegmentHeader*> headers;  // segment headers by local index (doorbells)
+  std::vector<int> pids;                // by local index
+  bool cma = false;                     // process_vm_readv works between every pair
+  uint64_t next_id = 1;                 // area operation counter, equal on every local rank
+
+  int size() const { return static_cast<int>(ranks.size()); }
+  const AreaView& mine() const { return areas[static_cast<size_t>(index)]; }
+  // Wakes every local peer that sleeps (after publishing area state).
+  void NotifyPeers() const {
+    for (size_t i = 0; i < headers.size(); ++i) {
+      if (static_cast<int>(i) != index) NotifySegment(headers[i]);
+    }
+  }
+};
+
+}  // namespace choir::transport
+
+#endif  // CHOIR_TRANSPORT_SHM_LOCAL_GROUP_H_
