@@ -4,10 +4,6 @@
 // other is the pybind11 module); each costs about 40 s to compile.
 #include "process_group_choir.h"
 
-#include <ATen/ATen.h>
-#include <c10/util/Exception.h>
-#include <torch/csrc/distributed/c10d/exception.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -15,6 +11,10 @@
 #include <optional>
 #include <stdexcept>
 #include <utility>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/exception.h>
 
 #include "choir/types.h"
 

@@ -27,15 +27,15 @@
 #ifndef CHOIR_INTEGRATIONS_TORCH_PROCESS_GROUP_CHOIR_H_
 #define CHOIR_INTEGRATIONS_TORCH_PROCESS_GROUP_CHOIR_H_
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "choir/communicator.h"
 #include "choir/status.h"

@@ -2,14 +2,17 @@
 //
 // torch must be imported before this module (the Python package does it):
 // the ProcessGroup base class is registered by torch's own bindings.
+#include <chrono>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
-
-#include <chrono>
-#include <stdexcept>
-#include <string>
 
 #include "choir/status.h"
 #include "choir/version.h"
