@@ -1,0 +1,50 @@
+"""choir as a torch.distributed backend.
+
+Importing this package registers the backend ``"choir"``::
+
+    import torch.distributed as dist
+    import choir.torch  # noqa: F401  (registers the backend)
+
+    dist.init_process_group("choir", init_method="env://", timeout=timedelta(seconds=60))
+
+Every ProcessGroup operation of PyTorch 1.13 works on CPU tensors. Errors are
+RuntimeErrors whose message starts with the choir error code and name
+("E401 CollectiveMismatch: ..."); ``error_info("E401")`` returns the table row
+(summary, likely causes, fix). Importing twice (or after another import
+registered the backend) does nothing.
+"""
+import torch  # noqa: F401  (must come first: it registers the ProcessGroup base class)
+import torch.distributed as dist
+
+from . import _C
+from ._C import ProcessGroupChoir, error_info
+
+__all__ = ["BACKEND", "ProcessGroupChoir", "error_info", "error_code"]
+__version__ = _C.__version__
+
+BACKEND = "choir"
+
+
+def _create_process_group(store, rank, size, timeout):
+    """The creator torch.distributed calls for backend="choir"."""
+    return ProcessGroupChoir(store, rank, size, timeout)
+
+
+def error_code(exc):
+    """The choir code ("E304") at the start of an exception's message, or None."""
+    text = str(exc)
+    head = text.split(" ", 1)[0]
+    if len(head) > 1 and head[0] == "E" and head[1:].isdigit():
+        return head
+    return None
+
+
+def _register():
+    # register_backend asserts when the name exists (a second import, or a
+    # reload under pytest): registering once per interpreter is enough.
+    if hasattr(dist.Backend, BACKEND.upper()):
+        return
+    dist.Backend.register_backend(BACKEND, _create_process_group)
+
+
+_register()

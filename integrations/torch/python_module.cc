@@ -1,0 +1,128 @@
+// choir.torch._C: the pybind11 module exposing ProcessGroupChoir to Python.
+//
+// torch must be imported before this module (the Python package does it):
+// the ProcessGroup base class is registered by torch's own bindings.
+#include <chrono>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "choir/status.h"
+#include "choir/version.h"
+#include "process_group_choir.h"
+
+namespace py = pybind11;
+
+namespace choir::torch_backend {
+namespace {
+
+std::chrono::milliseconds ToMillis(std::chrono::duration<float> timeout) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+}
+
+// Releases the GIL around `f` when this thread holds it: the destructor of a
+// process group waits for operations whose Python future callbacks need it.
+void WithoutGil(const std::function<void()>& f) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    py::gil_scoped_release release;
+    f();
+  } else {
+    f();
+  }
+}
+
+py::dict ErrorInfoDict(const ErrorInfo& info) {
+  py::dict d;
+  d["code"] = "E" + std::to_string(info.number);
+  d["number"] = info.number;
+  d["name"] = info.name;
+  d["retryable"] = info.retryable;
+  d["summary"] = info.summary;
+  d["causes"] = info.causes;
+  d["fix"] = info.fix;
+  return d;
+}
+
+// Raises the choir error as a RuntimeError("E200 StoreTimeout: ...").
+template <typename T>
+T ValueOrThrow(choir::Result<T> result) {
+  if (!result.ok()) throw std::runtime_error(result.status().ToString());
+  return std::move(result).value();
+}
+
+void OkOrThrow(const choir::Status& status) {
+  if (!status.ok()) throw std::runtime_error(status.ToString());
+}
+
+}  // namespace
+}  // namespace choir::torch_backend
+
+PYBIND11_MODULE(_C, m) {
+  using choir::ErrorInfo;
+  using choir::torch_backend::ProcessGroupChoir;
+  using choir::torch_backend::ToMillis;
+  using choir::torch_backend::ErrorInfoDict;
+  m.doc() = "choir collectives as a torch.distributed process group (see choir.torch)";
+  m.attr("__version__") = choir::kVersionString;
+
+  py::class_<ProcessGroupChoir, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupChoir>>(
+      m, "ProcessGroupChoir",
+      "A torch.distributed process group over a choir communicator.\n\n"
+      "Normally created by init_process_group(backend='choir') / new_group(backend='choir'),\n"
+      "which call it with the group's store, rank, size and timeout.")
+      // The constructor waits for every rank: it must not hold the GIL.
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::duration<float> timeout) {
+             return c10::make_intrusive<ProcessGroupChoir>(store, rank, size, ToMillis(timeout),
+                                                           choir::torch_backend::WithoutGil);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "communicator_status",
+          [](const ProcessGroupChoir& pg) { return pg.CommunicatorStatus().ToString(); },
+          "The communicator's sticky error as 'E304 PeerLost: ...', or 'OK'.")
+      .def("abort", &ProcessGroupChoir::Abort, py::arg("reason") = "",
+           "Fails pending and later operations here and on the peers.",
+           py::call_guard<py::gil_scoped_release>());
+
+  // The store adapter on its own, so that tests can check each method's
+  // mapping of c10d behaviour and exceptions to choir's contract.
+  using choir::torch_backend::OkOrThrow;
+  using choir::torch_backend::TorchStore;
+  using choir::torch_backend::ValueOrThrow;
+  py::class_<TorchStore, std::shared_ptr<TorchStore>>(m, "_StoreAdapter")
+      .def(py::init<c10::intrusive_ptr<c10d::Store>>(), py::arg("store"))
+      .def("set", [](TorchStore& s, const std::string& k, const py::bytes& v) { OkOrThrow(s.Set(k, v)); })
+      .def("get", [](TorchStore& s, const std::string& k) { return py::bytes(ValueOrThrow(s.Get(k))); })
+      .def("add", [](TorchStore& s, const std::string& k, int64_t d) { return ValueOrThrow(s.Add(k, d)); })
+      .def("compare_set",
+           [](TorchStore& s, const std::string& k, const py::bytes& expected, const py::bytes& desired) {
+             return py::bytes(ValueOrThrow(s.CompareSet(k, expected, desired)));
+           })
+      .def("delete", [](TorchStore& s, const std::string& k) { return ValueOrThrow(s.Delete(k)); })
+      .def(
+          "wait",
+          [](TorchStore& s, const std::vector<std::string>& keys, int64_t timeout_ms) {
+            OkOrThrow(s.Wait(keys, std::chrono::milliseconds(timeout_ms)));
+          },
+          py::call_guard<py::gil_scoped_release>())
+      .def("check", [](TorchStore& s, const std::vector<std::string>& keys) { return ValueOrThrow(s.Check(keys)); });
+
+  m.def(
+      "error_info",
+      [](const std::string& code) -> py::object {
+        const ErrorInfo* info = choir::FindErrorInfo(code);
+        if (info == nullptr) return py::none();
+        return ErrorInfoDict(*info);
+      },
+      py::arg("code"),
+      "The choir error table row for 'E401', '401' or 'CollectiveMismatch' (None if unknown).");
+}
