@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "algorithms/context.h"
+#include "algorithms/group_view.h"
 #include "algorithms/op.h"
 #include "choir/status.h"
 
@@ -21,7 +22,10 @@ namespace choir::algorithms {
 
 using AlgoFn = Status (*)(Context& ctx, const OpArgs& args);
 // Whether an algorithm can run this operation on this group at all.
-using UsableFn = bool (*)(const Context& ctx, const OpArgs& args);
+using UsableFn = bool (*)(const GroupView& group, const OpArgs& args);
+// Predicted seconds on this group (cost.cc); used to choose among algorithms
+// of a group that spans hosts.
+using CostFn = double (*)(const GroupView& group, const OpArgs& args);
 
 struct Algorithm {
   const char* name;   // unique per collective, shown by `choir perf` and in logs
@@ -31,6 +35,7 @@ struct Algorithm {
   UsableFn usable = nullptr;  // null: works on any group
   // Why the algorithm is not usable (for a forced choice that cannot be honoured).
   const char* needs = "";
+  CostFn predict = nullptr;  // null: not compared by cost
 };
 
 // Every algorithm, grouped by collective.
@@ -58,7 +63,7 @@ Status GatherFlat(Context& c, const OpArgs& a);
 Status ScatterFlat(Context& c, const OpArgs& a);
 Status AlltoallFlat(Context& c, const OpArgs& a);
 Status BarrierFlat(Context& c, const OpArgs& a);
-bool FlatUsable(const Context& c, const OpArgs& a);
+bool FlatUsable(const GroupView& g, const OpArgs& a);
 size_t FlatSlotBytes(const OpArgs& a, int n);
 
 Status AllreduceCma(Context& c, const OpArgs& a);
@@ -69,7 +74,21 @@ Status ReduceCma(Context& c, const OpArgs& a);
 Status GatherCma(Context& c, const OpArgs& a);
 Status ScatterCma(Context& c, const OpArgs& a);
 Status AlltoallCma(Context& c, const OpArgs& a);
-bool CmaUsable(const Context& c, const OpArgs& a);
+bool CmaUsable(const GroupView& g, const OpArgs& a);
+
+// Across hosts: hier.cc, with the cost model of cost.cc.
+Status AllreduceHier(Context& c, const OpArgs& a);
+Status ReduceScatterHier(Context& c, const OpArgs& a);
+Status AllgatherHier(Context& c, const OpArgs& a);
+Status BroadcastHier(Context& c, const OpArgs& a);
+bool HierUsable(const GroupView& g, const OpArgs& a);
+double PredictRingAllreduce(const GroupView& g, const OpArgs& a);
+double PredictRingCollective(const GroupView& g, const OpArgs& a);
+double PredictRecursiveDoubling(const GroupView& g, const OpArgs& a);
+double PredictBinomial(const GroupView& g, const OpArgs& a);
+double PredictHierAllreduce(const GroupView& g, const OpArgs& a);
+double PredictHierGather(const GroupView& g, const OpArgs& a);
+double PredictHierBroadcast(const GroupView& g, const OpArgs& a);
 
 // Shared helpers.
 // dst <- src when they differ (no-op for in-place calls).

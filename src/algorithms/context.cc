@@ -1,5 +1,7 @@
 #include "algorithms/context.h"
 
+#include "algorithms/local_ops.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <new>
@@ -7,17 +9,20 @@
 
 namespace choir::algorithms {
 
-uint8_t* Scratch::Get(size_t bytes) {
-  if (bytes > size_) {
-    std::free(data_);
+uint8_t* Scratch::Get(size_t bytes, int slot) {
+  uint8_t*& data = data_[slot];
+  if (bytes > size_[slot]) {
+    std::free(data);
     const size_t rounded = (bytes + 4095) / 4096 * 4096;
-    data_ = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
-    size_ = data_ == nullptr ? 0 : rounded;
+    data = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
+    size_[slot] = data == nullptr ? 0 : rounded;
   }
-  return data_;
+  return data;
 }
 
-Scratch::~Scratch() { std::free(data_); }
+Scratch::~Scratch() {
+  for (uint8_t* d : data_) std::free(d);
+}
 
 Context::Context(transport::Endpoint& endpoint, const transport::RunHooks& hooks, uint64_t seq,
                  const Signature& signature, const OpArgs& args, Scratch& scratch)
@@ -39,6 +44,32 @@ Context Context::Subgroup(std::vector<int> ranks) const {
   sub.rank_ = static_cast<int>(std::find(ranks.begin(), ranks.end(), me) - ranks.begin());
   sub.ranks_ = std::move(ranks);
   return sub;
+}
+
+GroupView Context::View() const {
+  GroupView v;
+  v.size = size();
+  v.same_host = LocalGroupUsable(*this);
+  v.cma = v.same_host && local_group()->cma;
+  v.slot_bytes = v.same_host ? local_group()->mine().slot_bytes() : 0;
+  v.layout = covers_whole_comm() ? layout_ : nullptr;
+  v.intra_host = intra_host_;
+  v.inter_host = inter_host_;
+  return v;
+}
+
+Context Context::WithOp(ReduceOp op) const {
+  Context c = *this;
+  c.op_ = op;
+  c.reduce_ = kernels::GetReduceFn(dtype_, op == ReduceOp::kAvg ? ReduceOp::kSum : op);
+  return c;
+}
+
+std::vector<int> Context::GroupRanks() const {
+  if (!ranks_.empty()) return ranks_;
+  std::vector<int> all(static_cast<size_t>(endpoint_->size()));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  return all;
 }
 
 transport::MsgHeader Context::Header(size_t bytes) {
@@ -77,8 +108,8 @@ Status Context::Mismatch(uint64_t their_word, uint64_t their_count, int comm_ran
   return Status(Code::kCollectiveMismatch, "rank " + std::to_string(comm_rank) + " runs another collective");
 }
 
-Result<uint8_t*> Context::ScratchBytes(size_t bytes) {
-  uint8_t* p = scratch_->Get(std::max<size_t>(bytes, 64));
+Result<uint8_t*> Context::ScratchBytes(size_t bytes, int slot) {
+  uint8_t* p = scratch_->Get(std::max<size_t>(bytes, 64), slot);
   if (p == nullptr) {
     return Status(Code::kSystemError, "cannot allocate " + std::to_string(bytes) +
                                           " bytes of scratch memory for the collective");

@@ -17,23 +17,30 @@
 #include <span>
 #include <vector>
 
+#include "algorithms/group_view.h"
+#include "algorithms/layout.h"
 #include "algorithms/op.h"
 #include "kernels/reduce.h"
 #include "transport/endpoint.h"
 
 namespace choir::algorithms {
 
+struct SelectConfig;
+
 // Growable scratch memory owned by the communicator, reused across operations.
+// Slot 0 belongs to the innermost step (block steps, rings, single copy);
+// hierarchical algorithms keep their own buffers in slots 1 and 2.
 class Scratch {
  public:
-  // At least `bytes` bytes, 64-byte aligned, valid until the next Get with a
-  // larger size; null when memory is exhausted.
-  uint8_t* Get(size_t bytes);
+  static constexpr int kSlots = 3;
+  // At least `bytes` bytes, 64-byte aligned, valid until the next Get of the
+  // same slot with a larger size; null when memory is exhausted.
+  uint8_t* Get(size_t bytes, int slot = 0);
   ~Scratch();
 
  private:
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
+  uint8_t* data_[kSlots] = {nullptr, nullptr, nullptr};
+  size_t size_[kSlots] = {0, 0, 0};
 };
 
 class Context {
@@ -42,6 +49,23 @@ class Context {
           const Signature& signature, const OpArgs& args, Scratch& scratch);
   // A sub-group view: `ranks` lists the communicator ranks of the group in group order.
   Context Subgroup(std::vector<int> ranks) const;
+  // The same view combining with `op` (hierarchical steps of an average sum,
+  // and divide once at the end).
+  Context WithOp(ReduceOp op) const;
+
+  // Host layout of the whole communicator (null when unknown).
+  const Layout* layout() const { return layout_; }
+  void set_layout(const Layout* layout) { layout_ = layout; }
+  // Link costs for the cost model (from the topology).
+  void set_link_costs(LinkCost intra_host, LinkCost inter_host) {
+    intra_host_ = intra_host;
+    inter_host_ = inter_host;
+  }
+  // What selection needs to know about this group.
+  GroupView View() const;
+  // Selection settings, for algorithms that choose their own sub-steps.
+  const SelectConfig* select_config() const { return select_; }
+  void set_select_config(const SelectConfig* config) { select_ = config; }
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(ranks_.empty() ? endpoint_->size() : ranks_.size()); }
@@ -63,6 +87,8 @@ class Context {
   // Same-host support (see local_ops.h).
   transport::LocalGroup* local_group() const { return endpoint_->local(); }
   bool covers_whole_comm() const { return ranks_.empty(); }
+  // Communicator ranks of this group in group order.
+  std::vector<int> GroupRanks() const;
   Status WaitLocal(const std::function<bool()>& ready, const std::function<std::string()>& what) {
     return endpoint_->WaitLocal(ready, *hooks_, what);
   }
@@ -72,7 +98,7 @@ class Context {
   Status Mismatch(uint64_t their_word, uint64_t their_count, int comm_rank) const;
 
   // Scratch memory for this operation (SystemError when memory is exhausted).
-  Result<uint8_t*> ScratchBytes(size_t bytes);
+  Result<uint8_t*> ScratchBytes(size_t bytes, int slot = 0);
 
  private:
   transport::MsgHeader Header(size_t bytes);
@@ -87,6 +113,10 @@ class Context {
   size_t elem_size_;
   kernels::ReduceFn reduce_;
   Scratch* scratch_;
+  const Layout* layout_ = nullptr;
+  LinkCost intra_host_{1e-6, 10e9};
+  LinkCost inter_host_{20e-6, 3e9};
+  const SelectConfig* select_ = nullptr;
   std::vector<int> ranks_;  // empty: identity over the whole communicator
   int rank_;
   uint64_t step_ = 0;

@@ -3,6 +3,7 @@
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -11,7 +12,11 @@ namespace choir::algorithms {
 
 bool LocalGroupUsable(const Context& c) {
   const transport::LocalGroup* g = c.local_group();
-  return g != nullptr && c.covers_whole_comm() && g->size() == c.size() && g->size() > 1;
+  if (g == nullptr || g->size() != c.size() || g->size() < 2) return false;
+  if (c.covers_whole_comm()) return true;
+  // A subgroup qualifies when it is exactly this host's ranks, in rank order
+  // (then group rank == local index).
+  return c.GroupRanks() == g->ranks;
 }
 
 AreaOp::AreaOp(Context& c) : ctx_(&c), group_(c.local_group()) {
@@ -148,6 +153,70 @@ Status ReadRemote(int pid, int peer_rank, void* local, uint64_t remote, size_t b
     dst += got;
     remote += static_cast<uint64_t>(got);
     bytes -= static_cast<size_t>(got);
+  }
+  return Status::Ok();
+}
+
+Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<PeerBuffers>* all,
+                         const std::vector<uint64_t>& table, std::vector<std::vector<uint64_t>>* tables) {
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  const PeerBuffers mine{reinterpret_cast<uint64_t>(send), reinterpret_cast<uint64_t>(recv)};
+  std::memcpy(op.my_data(), &mine, sizeof(mine));
+  if (!table.empty()) std::memcpy(op.my_data() + sizeof(mine), table.data(), table.size() * sizeof(uint64_t));
+  op.Publish(sizeof(mine) + table.size() * sizeof(uint64_t));
+  CHOIR_RETURN_IF_ERROR(op.WaitAll());
+  all->resize(static_cast<size_t>(op.size()));
+  if (tables) tables->resize(static_cast<size_t>(op.size()));
+  for (int p = 0; p < op.size(); ++p) {
+    std::memcpy(&(*all)[static_cast<size_t>(p)], op.data(p), sizeof(PeerBuffers));
+    if (tables) {
+      auto& t = (*tables)[static_cast<size_t>(p)];
+      t.resize(table.size());
+      std::memcpy(t.data(), op.data(p) + sizeof(PeerBuffers), table.size() * sizeof(uint64_t));
+    }
+  }
+  op.FinishReads();
+  return Status::Ok();
+}
+
+Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes) {
+  Context& c = op.ctx();
+  if (bytes < kStreamingBytes) return ReadRemote(op.pid(p), c.CommRank(p), dst, remote, bytes);
+  CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(kCmaChunkBytes));
+  for (size_t done = 0; done < bytes; done += kCmaChunkBytes) {
+    const size_t m = std::min(kCmaChunkBytes, bytes - done);
+    CHOIR_RETURN_IF_ERROR(ReadRemote(op.pid(p), c.CommRank(p), tmp, remote + done, m));
+    kernels::CopyBytes(dst + done, tmp, m, /*nontemporal=*/true);
+  }
+  return Status::Ok();
+}
+
+Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const uint8_t* own,
+                       uint64_t offset, size_t elems, uint8_t* dst,
+                       const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk) {
+  Context& c = op.ctx();
+  const int n = op.size();
+  const size_t es = c.elem_size();
+  const size_t chunk = std::max<size_t>(1, kCmaChunkBytes / es);
+  CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(static_cast<size_t>(n) * chunk * es));
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  const bool streaming = elems * es >= kStreamingBytes;
+  uint64_t k = 0;
+  for (size_t done = 0; done < elems; done += chunk, ++k) {
+    const size_t m = std::min(chunk, elems - done);
+    const uint64_t off = offset + done * es;
+    for (int p = 0; p < n; ++p) {
+      if (p == op.me()) {
+        srcs[static_cast<size_t>(p)] = own + off;
+        continue;
+      }
+      uint8_t* buf = tmp + static_cast<size_t>(p) * chunk * es;
+      CHOIR_RETURN_IF_ERROR(ReadRemote(op.pid(p), c.CommRank(p), buf, bufs[static_cast<size_t>(p)].send + off, m * es));
+      srcs[static_cast<size_t>(p)] = buf;
+    }
+    uint8_t* out = dst + done * es;
+    kernels::ReduceMany(out, srcs.data(), n, m, c.dtype(), c.op(), streaming);
+    if (on_chunk) on_chunk(k, out, m);
   }
   return Status::Ok();
 }

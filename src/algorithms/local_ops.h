@@ -18,7 +18,9 @@
 #define CHOIR_ALGORITHMS_LOCAL_OPS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "algorithms/context.h"
 #include "transport/shm/local_group.h"
@@ -72,6 +74,29 @@ class AreaOp {
 // Reads `bytes` at `remote` in process `pid` into `local` (process_vm_readv,
 // looping over partial reads). PeerLost when the process is gone.
 Status ReadRemote(int pid, int peer_rank, void* local, uint64_t remote, size_t bytes);
+
+// Addresses of a rank's user buffers, as published in its slot.
+struct PeerBuffers {
+  uint64_t send = 0;
+  uint64_t recv = 0;
+};
+// Publishes this rank's buffer addresses (plus an optional table of numbers)
+// and reads every rank's, then releases the slots.
+Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<PeerBuffers>* all,
+                         const std::vector<uint64_t>& table = {},
+                         std::vector<std::vector<uint64_t>>* tables = nullptr);
+// Copies `bytes` from local rank p's memory at `remote` into `dst`; large
+// copies go through a cache-resident buffer and streaming stores.
+Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes);
+// dst = combination over every local rank of the `elems` elements at byte
+// offset `offset` of their `send` buffers (this rank's from `own`), chunk by
+// chunk; after each chunk, on_chunk(chunk_index, dst_chunk, elems_in_chunk).
+Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const uint8_t* own,
+                       uint64_t offset, size_t elems, uint8_t* dst,
+                       const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk);
+
+inline constexpr size_t kCmaChunkBytes = 512 * 1024;   // per peer: fits the L2 cache
+inline constexpr size_t kStreamingBytes = 4u << 20;     // larger outputs bypass the caches
 
 }  // namespace choir::algorithms
 

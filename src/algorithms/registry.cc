@@ -9,24 +9,32 @@ const std::vector<Algorithm>& AllAlgorithms() {
   constexpr const char* kCmaCost = "1 step, each byte copied once between processes (process_vm_readv)";
   constexpr const char* kFlatNeeds = "every rank on one host, sharing memory, and a payload that fits CHOIR_SHM_SLOT_BYTES";
   constexpr const char* kCmaNeeds = "every rank on one host, sharing memory, with process_vm_readv allowed (CHOIR_SHM_CMA=auto)";
+  constexpr const char* kHierCost = "intra-host steps in shared memory + 2(H-1)/H*N bytes per host between hosts, all local ranks in parallel";
+  constexpr const char* kHierNeeds = "ranks on several hosts with at least one host holding two or more (equal hosts for reduce_scatter and allgather)";
   // Within a collective, the order is the order of preference of the default selection.
   static const std::vector<Algorithm> all = {
       {"shm_flat", CollKind::kAllreduce, AllreduceFlat, kFlatCost, FlatUsable, kFlatNeeds},
       {"cma", CollKind::kAllreduce, AllreduceCma, kCmaCost, CmaUsable, kCmaNeeds},
-      {"recursive_doubling", CollKind::kAllreduce, AllreduceRecursiveDoubling, "log2(n) (+2) steps, N*log2(n) bytes"},
-      {"ring", CollKind::kAllreduce, AllreduceRing, "2(n-1) steps, 2(n-1)/n*N bytes"},
+      {"hier", CollKind::kAllreduce, AllreduceHier, kHierCost, HierUsable, kHierNeeds, PredictHierAllreduce},
+      {"recursive_doubling", CollKind::kAllreduce, AllreduceRecursiveDoubling, "log2(n) (+2) steps, N*log2(n) bytes",
+       nullptr, "", PredictRecursiveDoubling},
+      {"ring", CollKind::kAllreduce, AllreduceRing, "2(n-1) steps, 2(n-1)/n*N bytes", nullptr, "", PredictRingAllreduce},
       {"shm_flat", CollKind::kReduceScatter, ReduceScatterFlat, kFlatCost, FlatUsable, kFlatNeeds},
       {"cma", CollKind::kReduceScatter, ReduceScatterCma, kCmaCost, CmaUsable, kCmaNeeds},
-      {"ring", CollKind::kReduceScatter, ReduceScatterRing, "n-1 steps, (n-1)/n*N bytes"},
+      {"hier", CollKind::kReduceScatter, ReduceScatterHier, kHierCost, HierUsable, kHierNeeds, PredictHierGather},
+      {"ring", CollKind::kReduceScatter, ReduceScatterRing, "n-1 steps, (n-1)/n*N bytes", nullptr, "", PredictRingCollective},
       {"shm_flat", CollKind::kAllgather, AllgatherFlat, kFlatCost, FlatUsable, kFlatNeeds},
       {"cma", CollKind::kAllgather, AllgatherCma, kCmaCost, CmaUsable, kCmaNeeds},
-      {"ring", CollKind::kAllgather, AllgatherRing, "n-1 steps, (n-1)/n*N bytes"},
+      {"hier", CollKind::kAllgather, AllgatherHier, kHierCost, HierUsable, kHierNeeds, PredictHierGather},
+      {"ring", CollKind::kAllgather, AllgatherRing, "n-1 steps, (n-1)/n*N bytes", nullptr, "", PredictRingCollective},
       {"shm_flat", CollKind::kAllgatherV, AllgatherFlat, kFlatCost, FlatUsable, kFlatNeeds},
       {"cma", CollKind::kAllgatherV, AllgatherCma, kCmaCost, CmaUsable, kCmaNeeds},
       {"ring", CollKind::kAllgatherV, AllgatherRing, "n-1 steps, N - own block bytes"},
       {"shm_flat", CollKind::kBroadcast, BroadcastFlat, kFlatCost, FlatUsable, kFlatNeeds},
       {"cma", CollKind::kBroadcast, BroadcastCma, kCmaCost, CmaUsable, kCmaNeeds},
-      {"binomial", CollKind::kBroadcast, BroadcastBinomial, "ceil(log2 n) steps, up to log2(n)*N bytes"},
+      {"hier", CollKind::kBroadcast, BroadcastHier, kHierCost, HierUsable, kHierNeeds, PredictHierBroadcast},
+      {"binomial", CollKind::kBroadcast, BroadcastBinomial, "ceil(log2 n) steps, up to log2(n)*N bytes", nullptr, "",
+       PredictBinomial},
       {"shm_flat", CollKind::kReduce, ReduceFlat, kFlatCost, FlatUsable, kFlatNeeds},
       {"cma", CollKind::kReduce, ReduceCma, kCmaCost, CmaUsable, kCmaNeeds},
       {"binomial", CollKind::kReduce, ReduceBinomial, "ceil(log2 n) steps, N bytes"},

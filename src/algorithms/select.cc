@@ -1,5 +1,9 @@
 #include "algorithms/select.h"
 
+#include <fmt/format.h>
+
+#include <limits>
+
 #include "base/strings.h"
 
 namespace choir::algorithms {
@@ -17,27 +21,53 @@ std::string NamesFor(CollKind kind) {
 
 Status BadRule(std::string_view rule, const std::string& why) {
   return Status(Code::kInvalidSetting, "CHOIR_ALGO rule '" + std::string(rule) + "': " + why +
-                                           " (format: COLLECTIVE[:MIN-MAX]:ALGORITHM;...)");
+                                           " (format: COLLECTIVE[@intra|@inter][:MIN-MAX]:ALGORITHM;...)");
 }
 
-bool Usable(const Algorithm& a, const Context& ctx, const OpArgs& args) {
-  return a.usable == nullptr || a.usable(ctx, args);
+bool Usable(const Algorithm& a, const GroupView& g, const OpArgs& args) {
+  return a.usable == nullptr || a.usable(g, args);
 }
 
-// The default choice: the host's shared area when the group is one host
-// (slots for small payloads, single copy for large), otherwise the
-// latency-bound algorithm for small messages and the bandwidth-bound one for
-// large.
-const Algorithm* DefaultFor(const Context& ctx, const OpArgs& args, uint64_t bytes,
-                            const SelectConfig& config) {
+bool IsHierarchical(const Algorithm& a) { return std::string_view(a.name) == "hier"; }
+
+const Algorithm* DefaultFor(const GroupView& g, const OpArgs& args, uint64_t bytes,
+                            const SelectConfig& config, bool substep, std::string* why) {
+  // One host: the shared area, in registry order (slots first, then single copy).
   for (const Algorithm& a : AllAlgorithms()) {
-    if (a.kind == args.kind && a.usable != nullptr && a.usable(ctx, args)) return &a;
+    if (a.kind == args.kind && a.usable != nullptr && !IsHierarchical(a) && a.usable(g, args)) {
+      if (why) *why = "all ranks on one host";
+      return &a;
+    }
+  }
+  // Several hosts: the cheapest by the cost model.
+  if (g.multi_host()) {
+    const Algorithm* best = nullptr;
+    double best_cost = std::numeric_limits<double>::infinity();
+    std::string table;
+    for (const Algorithm& a : AllAlgorithms()) {
+      if (a.kind != args.kind || a.predict == nullptr || !Usable(a, g, args)) continue;
+      if (substep && IsHierarchical(a)) continue;
+      const double t = a.predict(g, args);
+      table += fmt::format("{}{} {:.3g}s", table.empty() ? "" : ", ", a.name, t);
+      if (t < best_cost) {
+        best_cost = t;
+        best = &a;
+      }
+    }
+    if (best != nullptr) {
+      if (why) *why = "cost model: " + table;
+      return best;
+    }
   }
   if (args.kind == CollKind::kAllreduce) {
+    if (why) *why = bytes <= config.small_bytes ? "small message" : "large message";
     return FindAlgorithm(args.kind, bytes <= config.small_bytes ? "recursive_doubling" : "ring");
   }
   for (const Algorithm& a : AllAlgorithms()) {
-    if (a.kind == args.kind && a.usable == nullptr) return &a;
+    if (a.kind == args.kind && a.usable == nullptr) {
+      if (why) *why = "default";
+      return &a;
+    }
   }
   return nullptr;
 }
@@ -52,9 +82,15 @@ Result<std::vector<SelectRule>> ParseAlgoRules(std::string_view text) {
     const std::vector<std::string> parts = strings::Split(rule, ':');
     if (parts.size() != 2 && parts.size() != 3) return BadRule(rule, "expected 2 or 3 fields");
     SelectRule r;
-    if (!ParseCollKind(std::string(strings::Trim(parts[0])), &r.kind)) {
-      return BadRule(rule, "unknown collective '" + parts[0] + "'");
+    std::string coll(strings::Trim(parts[0]));
+    if (const size_t at = coll.find('@'); at != std::string::npos) {
+      r.level = coll.substr(at + 1);
+      coll = coll.substr(0, at);
+      if (r.level != "intra" && r.level != "inter") {
+        return BadRule(rule, "unknown level '" + r.level + "' (intra or inter)");
+      }
     }
+    if (!ParseCollKind(coll, &r.kind)) return BadRule(rule, "unknown collective '" + coll + "'");
     if (parts.size() == 3) {
       const std::vector<std::string> range = strings::Split(parts[1], '-');
       if (range.size() != 2) return BadRule(rule, "range must be MIN-MAX");
@@ -71,32 +107,39 @@ Result<std::vector<SelectRule>> ParseAlgoRules(std::string_view text) {
       return BadRule(rule, "no algorithm '" + name + "' for " + CollKindName(r.kind) +
                                "; available: " + NamesFor(r.kind));
     }
+    if (!r.level.empty() && IsHierarchical(*r.algorithm)) {
+      return BadRule(rule, "a level rule cannot pick the hierarchical algorithm itself");
+    }
     rules.push_back(r);
   }
   return rules;
 }
 
-Result<const Algorithm*> SelectAlgorithm(const Context& ctx, const OpArgs& args,
-                                         const SelectConfig& config, std::string_view forced) {
-  if (!forced.empty()) {
+Result<const Algorithm*> SelectAlgorithm(const GroupView& group, const OpArgs& args,
+                                         const SelectConfig& config, std::string_view forced,
+                                         std::string_view level, std::string* why) {
+  if (!forced.empty() && level.empty()) {
     const Algorithm* a = FindAlgorithm(args.kind, forced);
     if (a == nullptr) {
       return InvalidArgument("no algorithm '" + std::string(forced) + "' for " +
                              CollKindName(args.kind) + "; available: " + NamesFor(args.kind));
     }
-    if (!Usable(*a, ctx, args)) {
+    if (!Usable(*a, group, args)) {
       return InvalidArgument("algorithm '" + std::string(forced) + "' cannot run this " +
                              CollKindName(args.kind) + ": it needs " + a->needs);
     }
+    if (why) *why = "forced by the caller";
     return a;
   }
-  const uint64_t bytes = args.SelectionBytes(ctx.size());
+  const uint64_t bytes = args.SelectionBytes(group.size);
   for (const SelectRule& r : config.rules) {
-    if (r.kind == args.kind && bytes >= r.min_bytes && bytes < r.max_bytes && Usable(*r.algorithm, ctx, args)) {
+    if (r.kind == args.kind && r.level == level && bytes >= r.min_bytes && bytes < r.max_bytes &&
+        Usable(*r.algorithm, group, args)) {
+      if (why) *why = "CHOIR_ALGO rule";
       return r.algorithm;
     }
   }
-  const Algorithm* a = DefaultFor(ctx, args, bytes, config);
+  const Algorithm* a = DefaultFor(group, args, bytes, config, !level.empty(), why);
   if (a == nullptr) return InternalError(std::string("no algorithm for ") + CollKindName(args.kind));
   return a;
 }

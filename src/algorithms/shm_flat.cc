@@ -213,11 +213,11 @@ Status BarrierFlat(Context& c, const OpArgs&) {
   return Status::Ok();
 }
 
-bool FlatUsable(const Context& c, const OpArgs& a) {
+bool FlatUsable(const GroupView& g, const OpArgs& a) {
   // Every rank must reach the same verdict: alltoallv's payload depends on
   // this rank's own send counts, which peers do not know, so it never goes flat.
-  if (!LocalGroupUsable(c) || a.kind == CollKind::kAlltoallV) return false;
-  return FlatSlotBytes(a, c.size()) <= c.local_group()->mine().slot_bytes();
+  if (!g.same_host || a.kind == CollKind::kAlltoallV) return false;
+  return FlatSlotBytes(a, g.size) <= g.slot_bytes;
 }
 
 }  // namespace choir::algorithms

@@ -34,6 +34,17 @@ std::string DetectHostId() {
   return std::string(host) + "/" + boot.substr(0, 8);
 }
 
+// Identifies this kernel and network namespace: ranks that share both can
+// reach each other's loopback addresses.
+std::string NetworkNamespace() {
+  std::string boot;
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::getline(in, boot);
+  char link[128] = {0};
+  const ssize_t n = readlink("/proc/self/ns/net", link, sizeof(link) - 1);
+  return boot + "/" + (n > 0 ? std::string(link, static_cast<size_t>(n)) : std::string("?"));
+}
+
 void WarnUnknownSettingsOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -103,6 +114,7 @@ json MakeHello(const CommConfig& c, int rank, int size, const std::string& addre
               {"host", c.host_id},
               {"pid", static_cast<int>(getpid())},
               {"addr", address},
+              {"netns", NetworkNamespace()},
               {"transport", transport::TransportChoiceName(c.transport)}};
 }
 
@@ -148,6 +160,7 @@ Result<transport::PeerInfo> CheckHello(const std::string& text, const json& mine
     p.host_id = h.at("host").get<std::string>();
     p.pid = h.at("pid").get<int>();
     p.address = h.at("addr").get<std::string>();
+    p.net_ns = h.value("netns", std::string());
     const std::string t = h.at("transport").get<std::string>();
     p.choice = t == "tcp" ? transport::TransportChoice::kTcp
                           : t == "shm" ? transport::TransportChoice::kShm : transport::TransportChoice::kAuto;
@@ -236,6 +249,9 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   if (!endpoint.ok()) return endpoint.status();
 
   auto impl = std::unique_ptr<CommImpl>(new CommImpl(store, scoped, rank, size, std::move(config)));
+  std::vector<std::string> host_names;
+  for (const auto& p : peers) host_names.push_back(p.host_id);
+  impl->layout_ = algorithms::Layout::FromHostNames(host_names);
   impl->peers_ = std::move(peers);
   impl->endpoint_ = std::move(*endpoint);
   impl->metrics_ = diag::RegisterComm(impl->config_.job_id, impl->config_.uid, rank, size);

@@ -100,7 +100,10 @@ Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_
   if (config_.mismatch == MismatchCheck::kFull && size_ > 1) s = CheckSignatures(sig, seq, deadline);
   if (s.ok()) {
     algorithms::Context ctx(*endpoint_, hooks, seq, sig, args, scratch_);
-    auto algo = algorithms::SelectAlgorithm(ctx, args, config_.select, options.algorithm);
+    ctx.set_layout(&layout_);
+    ctx.set_select_config(&config_.select);
+    ctx.set_link_costs(intra_host_cost_, inter_host_cost_);
+    auto algo = algorithms::SelectAlgorithm(ctx.View(), args, config_.select, options.algorithm);
     if (!algo.ok()) return algo.status().WithContext(Describe(sig, seq));
     *algo_name = (*algo)->name;
     s = (*algo)->fn(ctx, args);

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "algorithms/context.h"
+#include "algorithms/layout.h"
 #include "algorithms/op.h"
 #include "algorithms/select.h"
 #include "choir/communicator.h"
@@ -89,6 +90,9 @@ class CommImpl {
   const int size_;
   CommConfig config_;
   std::vector<transport::PeerInfo> peers_;
+  algorithms::Layout layout_;  // hosts of this communicator's ranks
+  algorithms::LinkCost intra_host_cost_{1e-6, 10e9};
+  algorithms::LinkCost inter_host_cost_{20e-6, 3e9};
   std::unique_ptr<transport::Endpoint> endpoint_;
   std::shared_ptr<diag::CommMetrics> metrics_;
   algorithms::Scratch scratch_;

@@ -12,12 +12,21 @@ std::string UniqueName(const std::string& prefix) {
 
 std::vector<RankResult> RunRanks(int n, const std::function<Status(Communicator&)>& fn,
                                  CommOptions options, std::shared_ptr<Store> store) {
-  if (store == nullptr) store = NewMemoryStore();
   if (options.name == "world") options.name = UniqueName("test");
+  return RunRanks(n, fn, [&](int) { return options; }, std::move(store));
+}
+
+std::vector<RankResult> RunRanks(int n, const std::function<Status(Communicator&)>& fn,
+                                 const std::function<CommOptions(int rank)>& options_for_rank,
+                                 std::shared_ptr<Store> store) {
+  if (store == nullptr) store = NewMemoryStore();
+  const std::string name = UniqueName("test");
   std::vector<RankResult> results(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
+      CommOptions options = options_for_rank(r);
+      if (options.name == "world") options.name = name;
       auto comm = Communicator::Create(store, r, n, options);
       RankResult& out = results[static_cast<size_t>(r)];
       if (!comm.ok()) {

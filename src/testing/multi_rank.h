@@ -27,6 +27,12 @@ std::vector<RankResult> RunRanks(int n, const std::function<Status(Communicator&
                                  CommOptions options = {},
                                  std::shared_ptr<Store> store = nullptr);
 
+// As above, with options chosen per rank (e.g. a host id per rank to emulate
+// several hosts in one process).
+std::vector<RankResult> RunRanks(int n, const std::function<Status(Communicator&)>& fn,
+                                 const std::function<CommOptions(int rank)>& options_for_rank,
+                                 std::shared_ptr<Store> store = nullptr);
+
 // A unique communicator name per call, so repeated tests never share keys.
 std::string UniqueName(const std::string& prefix);
 

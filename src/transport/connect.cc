@@ -93,6 +93,29 @@ Result<ShmPlan> PlanShm(const std::vector<PeerInfo>& peers) {
   return plan;
 }
 
+bool IsLoopback(const std::string& address) { return address.rfind("127.", 0) == 0; }
+
+// A rank that listens on a loopback address cannot be reached from another
+// host: say so before anyone waits for a connection that cannot happen (the
+// field's "picked lo/docker0" failure).
+Status CheckReachable(const std::vector<PeerInfo>& peers, int rank) {
+  const PeerInfo& me = peers[static_cast<size_t>(rank)];
+  for (const PeerInfo& p : peers) {
+    // Same kernel and network namespace: loopback reaches (several emulated hosts on one machine).
+    if (p.rank == rank || p.host_id == me.host_id || (!p.net_ns.empty() && p.net_ns == me.net_ns)) continue;
+    const PeerInfo* local = IsLoopback(me.address) ? &me : IsLoopback(p.address) ? &p : nullptr;
+    if (local == nullptr) continue;
+    const PeerInfo& other = local == &me ? p : me;
+    return Status(Code::kInterfaceNotFound,
+                  fmt::format("rank {} listens on the loopback address {}, which rank {} on host '{}' "
+                              "cannot reach; choose a routable interface with CHOIR_SOCKET_IFNAME (e.g. "
+                              "eth0, or ^lo,docker to exclude), or set MASTER_ADDR to an address of "
+                              "the rendezvous host that every host can reach",
+                              local->rank, local->address, other.rank, other.host_id));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
@@ -101,6 +124,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
   const int n = static_cast<int>(peers.size());
   const Deadline deadline = options.deadline;
   CHOIR_ASSIGN_OR_RETURN(ShmPlan plan, PlanShm(peers));
+  CHOIR_RETURN_IF_ERROR(CheckReachable(peers, rank));
   const std::vector<int>& my_shm = plan.shm_peers[static_cast<size_t>(rank)];
   std::vector<std::unique_ptr<Channel>> channels(static_cast<size_t>(n));
 

@@ -31,6 +31,7 @@ struct PeerInfo {
   std::string host_id;
   int pid = 0;
   std::string address;  // "ip:port" of its TCP listener
+  std::string net_ns;   // kernel boot id + network namespace: who can reach whose loopback
   TransportChoice choice = TransportChoice::kAuto;
 };
 

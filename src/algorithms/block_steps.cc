@@ -1,0 +1,93 @@
+#include "algorithms/block_steps.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/algorithms.h"
+#include "algorithms/local_ops.h"
+#include "algorithms/patterns/ring.h"
+
+namespace choir::algorithms {
+
+Blocks EvenBlocks(size_t count, int parts) {
+  Blocks blocks;
+  for (int i = 0; i < parts; ++i) blocks.push_back(patterns::EvenBlock(count, parts, i));
+  return blocks;
+}
+
+// Cost: n-1 steps; each rank sends and receives the sum of the other blocks.
+// Partial sums travel to the right and grow by one contribution per hop;
+// the last hop lands in `my_out`, combined with the rank's own input.
+Status RingReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks) {
+  const int n = c.size();
+  const size_t es = c.elem_size();
+  const auto& mine = blocks[static_cast<size_t>(c.rank())];
+  if (n == 1) {
+    CopyIfDistinct(my_out, in + mine.offset * es, mine.count * es);
+    return Status::Ok();
+  }
+  size_t largest = 0;
+  for (const auto& b : blocks) largest = std::max(largest, b.count * es);
+  CHOIR_ASSIGN_OR_RETURN(uint8_t* scratch, c.ScratchBytes(2 * largest));
+  uint8_t* bufs[2] = {scratch, scratch + largest};
+  const patterns::Ring ring{c.rank(), n};
+  for (int s = 0; s < ring.Steps(); ++s) {
+    const auto& sb = blocks[static_cast<size_t>(ring.ReduceScatterSendBlock(s))];
+    const auto& rb = blocks[static_cast<size_t>(ring.ReduceScatterRecvBlock(s))];
+    const uint8_t* src = s == 0 ? in + sb.offset * es : bufs[(s - 1) % 2];
+    uint8_t* dst = s == ring.Steps() - 1 ? my_out : bufs[s % 2];
+    CHOIR_RETURN_IF_ERROR(c.Run({c.Send(ring.Right(), src, sb.count * es),
+                                 c.RecvReduce(ring.Left(), dst, rb.count * es, in + rb.offset * es)}));
+  }
+  return Status::Ok();
+}
+
+// Cost: 1 step; each rank reads its block of every peer's input once.
+Status CmaReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks) {
+  AreaOp op(c);
+  std::vector<PeerBuffers> bufs;
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, my_out, &bufs));
+  const auto& mine = blocks[static_cast<size_t>(op.me())];
+  CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, in, mine.offset * c.elem_size(), mine.count, my_out, nullptr));
+  return op.Finish();
+}
+
+Status ReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks) {
+  if (LocalGroupUsable(c) && c.local_group()->cma) return CmaReduceScatterBlocks(c, in, my_out, blocks);
+  return RingReduceScatterBlocks(c, in, my_out, blocks);
+}
+
+// Cost: n-1 steps; blocks circulate one hop per step.
+Status RingAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
+  const size_t es = c.elem_size();
+  const patterns::Ring ring{c.rank(), c.size()};
+  for (int s = 0; s < ring.Steps(); ++s) {
+    const auto& sb = blocks[static_cast<size_t>(ring.AllgatherSendBlock(s))];
+    const auto& rb = blocks[static_cast<size_t>(ring.AllgatherRecvBlock(s))];
+    CHOIR_RETURN_IF_ERROR(c.Run({c.Send(ring.Right(), buf + sb.offset * es, sb.count * es),
+                                 c.Recv(ring.Left(), buf + rb.offset * es, rb.count * es)}));
+  }
+  return Status::Ok();
+}
+
+// Cost: 1 step; each rank copies every other block once from its owner.
+Status CmaAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
+  AreaOp op(c);
+  std::vector<PeerBuffers> bufs;
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, buf, buf, &bufs));
+  const size_t es = c.elem_size();
+  for (int s = 1; s < op.size(); ++s) {
+    const int p = (op.me() + s) % op.size();
+    const auto& b = blocks[static_cast<size_t>(p)];
+    CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, p, buf + b.offset * es, bufs[static_cast<size_t>(p)].send + b.offset * es,
+                                       b.count * es));
+  }
+  return op.Finish();
+}
+
+Status AllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
+  if (LocalGroupUsable(c) && c.local_group()->cma) return CmaAllgatherBlocks(c, buf, blocks);
+  return RingAllgatherBlocks(c, buf, blocks);
+}
+
+}  // namespace choir::algorithms

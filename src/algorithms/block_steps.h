@@ -1,0 +1,41 @@
+// Reduce-scatter and allgather over arbitrary blocks of a buffer, on any
+// group: the building blocks of the flat algorithms (equal blocks) and of
+// the hierarchical ones (per-host and per-rail steps with their own blocks).
+//
+// Each step picks its implementation from the group it runs on: the host's
+// shared area (single copy, or shared slots when everything fits) when the
+// group is exactly this host's ranks, rings over the channels otherwise.
+// Every rank computes the same choice from the same arguments.
+//
+// Thread-safety: used by the thread running the operation.
+#ifndef CHOIR_ALGORITHMS_BLOCK_STEPS_H_
+#define CHOIR_ALGORITHMS_BLOCK_STEPS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "algorithms/context.h"
+#include "algorithms/patterns/blocks.h"
+
+namespace choir::algorithms {
+
+using Blocks = std::vector<patterns::Block>;
+
+// Group rank i receives, at `my_out`, the combination over the group of
+// in[blocks[i]] (offsets in elements). No averaging.
+Status ReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks);
+Status RingReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks);
+Status CmaReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks);
+
+// In place: group rank i's block is already at buf[blocks[i]]; afterwards
+// every rank has every block.
+Status AllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
+Status RingAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
+Status CmaAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
+
+// Equal blocks of `count` elements split n ways.
+Blocks EvenBlocks(size_t count, int parts);
+
+}  // namespace choir::algorithms
+
+#endif  // CHOIR_ALGORITHMS_BLOCK_STEPS_H_

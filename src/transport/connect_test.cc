@@ -1,0 +1,46 @@
+#include "transport/connect.h"
+
+#include <gtest/gtest.h>
+
+#include "choir/store.h"
+
+namespace choir::transport {
+namespace {
+
+PeerInfo Peer(int rank, const std::string& host, const std::string& addr, const std::string& ns) {
+  PeerInfo p;
+  p.rank = rank;
+  p.host_id = host;
+  p.address = addr;
+  p.net_ns = ns;
+  return p;
+}
+
+TEST(ConnectTest, LoopbackAcrossNetworkNamespacesIsAClearError) {
+  // Rank 0 on host a listens on 127.0.0.1; rank 1 is another host in another
+  // network namespace and could never reach it.
+  auto store = NewMemoryStore();
+  std::vector<PeerInfo> peers = {Peer(0, "a", "127.0.0.1:5000", "boot/net:[1]"),
+                                 Peer(1, "b", "10.0.0.2:5000", "boot/net:[2]")};
+  ConnectOptions o;
+  o.deadline = Deadline::AfterSeconds(2);
+  auto ep = ConnectPeers(*store, 1, peers, Fd(), o);
+  ASSERT_FALSE(ep.ok());
+  EXPECT_EQ(ep.status().code(), Code::kInterfaceNotFound);
+  EXPECT_NE(ep.status().message().find("127.0.0.1"), std::string::npos);
+  EXPECT_NE(ep.status().message().find("CHOIR_SOCKET_IFNAME"), std::string::npos);
+}
+
+TEST(ConnectTest, PairChoiceIsSymmetricAndForcedShmAcrossHostsFails) {
+  PeerInfo a = Peer(0, "h1", "", ""), b = Peer(1, "h1", "", ""), c = Peer(2, "h2", "", "");
+  EXPECT_TRUE(*PairUsesShm(a, b));
+  EXPECT_FALSE(*PairUsesShm(a, c));
+  b.choice = TransportChoice::kTcp;
+  EXPECT_FALSE(*PairUsesShm(a, b));
+  EXPECT_FALSE(*PairUsesShm(b, a));
+  a.choice = TransportChoice::kShm;
+  EXPECT_EQ(PairUsesShm(a, c).status().code(), Code::kInvalidSetting);
+}
+
+}  // namespace
+}  // namespace choir::transport
