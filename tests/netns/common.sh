@@ -95,6 +95,25 @@ nt_run_job() {
   return 1
 }
 
+# nt_allreduce_algos: sets NT_ALGOS (choir's allreduce algorithms, comma list)
+# and NT_HIER (the name of the hierarchical one, empty if none). Asking for an
+# algorithm that does not exist makes choir list them ("no algorithm '__list__'
+# for allreduce; available: shm_flat, cma, hier, recursive_doubling, ring").
+# Runs 2 local ranks inside host 0 of the bed.
+nt_allreduce_algos() {
+  bed_spawn 0 "$BED_STATE/algos.log" "$NT_CHOIR" perf -n 2 --algo __list__ --min-bytes 1M --max-bytes 1M \
+    --warmup 0 --iters 1 || return 1
+  bed_wait "$BED_PID" 30
+  NT_ALGOS=$(grep -o 'available: .*' "$BED_STATE/algos.log" | head -1)
+  NT_ALGOS=${NT_ALGOS#available: }
+  if [ -z "$NT_ALGOS" ]; then
+    echo "FAIL: could not list choir's allreduce algorithms:" >&2
+    cat "$BED_STATE/algos.log" >&2
+    return 1
+  fi
+  NT_HIER=$(echo "$NT_ALGOS" | tr ', ' '\n\n' | grep -i hier | head -1 || true)
+}
+
 nt_dump_logs() {
   local f
   for f in "$1"/*.log; do

@@ -27,15 +27,9 @@ nt_check_choir "$NT_CHOIR" || exit 1
 bed_init
 bed_create 2 || exit 1
 
-# Which allreduce algorithms does this choir have? Asking for one that does not
-# exist makes choir list them: "no algorithm '__list__' for allreduce;
-# available: shm_flat, cma, recursive_doubling, ring".
-bed_spawn 0 "$BED_STATE/algos.log" "$NT_CHOIR" perf -n 2 --algo __list__ --min-bytes 1M --max-bytes 1M --warmup 0 --iters 1
-bed_wait "$BED_PID" 30
-algos=$(grep -o 'available: .*' "$BED_STATE/algos.log" | head -1)
-algos=${algos#available: }
-[ -n "$algos" ] || { echo "FAIL: could not list choir's allreduce algorithms:" >&2; cat "$BED_STATE/algos.log" >&2; exit 1; }
-hier=$(echo "$algos" | tr ', ' '\n\n' | grep -i hier | head -1 || true)
+nt_allreduce_algos || exit 1
+hier=$NT_HIER
+algos=$NT_ALGOS
 echo "allreduce algorithms: $algos${hier:+ (hierarchical: $hier)}"
 bed_rate 0 "$RATE" || exit 1
 bed_rate 1 "$RATE" || exit 1

@@ -3,8 +3,9 @@
 #
 # Correctness of every collective across namespace hosts: one `choir run`
 # launcher per host (node rank k, CHOIR_HOST_ID=nshost<k>, private /dev/shm),
-# all running `choir sweep`. Passes when every launcher exits 0 and rank 0
-# prints ALL OK. Exit 77 (skipped, with a loud banner) when not root or
+# all running `choir sweep`. Passes when every launcher exits 0, rank 0
+# prints ALL OK, every rank counts P ranks on its host, and (when choir has a
+# hierarchical allreduce and P > 1) the sweep's allreduce used it. Exit 77 (skipped, with a loud banner) when not root or
 # `ip netns` is unavailable.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -24,6 +25,7 @@ nt_check_choir "$NT_CHOIR" || exit 1
 bed_init
 bed_create "$H" || exit 1
 
+nt_allreduce_algos || exit 1
 logs="$BED_STATE/logs"
 echo "netns sweep: $H hosts x $P ranks${MODE:+ (interleaved)}, choir sweep $*"
 start=$(date +%s)
@@ -51,6 +53,16 @@ else
   if [ "$joined" != $((H * P)) ] || [ "$good" != $((H * P)) ]; then
     echo "FAIL: expected $((H * P)) ranks each seeing $P local ranks; got $joined joined lines, $good with $P:" >&2
     cat "$logs"/host*.log | grep ' joined ' >&2
+    ok=0
+  fi
+fi
+# With a hierarchical algorithm in choir and several ranks per host, the
+# default selection must have used it for allreduce somewhere in the sweep,
+# so these tests really exercise it across namespace hosts.
+if [ -n "$NT_HIER" ] && [ "$H" -gt 1 ] && [ "$P" -gt 1 ]; then
+  row=$(grep -E '^\[0\] allreduce +[0-9]' "$logs/host0.log" | head -1)
+  if ! echo "$row" | grep -qw "$NT_HIER"; then
+    echo "FAIL: the sweep's allreduce never selected '$NT_HIER' on $H hosts x $P ranks: ${row#\[0\] }" >&2
     ok=0
   fi
 fi
