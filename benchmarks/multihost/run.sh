@@ -5,6 +5,7 @@
 # namespace, nothing in the root namespace, torn down on every exit path), and
 # in each repetition, interleaved, separate process launches of:
 #   (a) iperf3, one TCP stream host1 -> host0 (the link's single-stream figure),
+#       the same with --bidir (one stream each way at once, as in a 2-rank allreduce),
 #       then choir allreduce 2 hosts x 1 rank, 64-256 MiB     target busbw >= 80 % of iperf3
 #   (b) 2 hosts x 2 ranks, 16-256 MiB: default vs --algo ring  target >= 1.5x (hierarchical)
 #   (c) 2 hosts x 4 ranks interleaved (rank = local*2 + node) with tc tbf RATE on
@@ -36,7 +37,7 @@ have_torch=1
 "$PYTHON" -c 'import torch.distributed' 2>/dev/null || { have_torch=0; echo "note: no torch for $PYTHON: gloo runs skipped"; }
 
 mkdir -p "$OUT/raw" "$OUT/logs"
-rm -f "$OUT"/raw/*.json "$OUT/raw/load.txt"
+rm -f "$OUT"/raw/*.json "$OUT/raw/load.txt" "$OUT/raw/failures.txt"
 bed_init
 bed_create 2 || exit 1
 
@@ -82,18 +83,28 @@ run_gloo() {
   sed "s/^/  $name: /" "$logs/rank0.log"
 }
 
+# iperf3 host1 -> host0, one TCP stream, 5 s; extra args e.g. --bidir (both
+# directions at once, what a 2-rank allreduce does)
 run_iperf() {
-  local name=$1 spid cpid
+  local name=$1 spid cpid; shift
   next_port
   bed_spawn 0 "$OUT/logs/$name.server.log" iperf3 -s -1 -B "$(bed_ip 0)" -p "$port" || return 1
   spid=$BED_PID
   sleep 0.5
-  bed_spawn 1 "$OUT/raw/$name.iperf.json" iperf3 -c "$(bed_ip 0)" -p "$port" -t 5 -P 1 -J || return 1
+  bed_spawn 1 "$OUT/raw/$name.iperf.json" iperf3 -c "$(bed_ip 0)" -p "$port" -t 5 -P 1 -J "$@" || return 1
   cpid=$BED_PID
-  bed_wait "$cpid" 30
+  bed_wait "$cpid" 30 || return 1
   bed_wait "$spid" 5
-  "$PYTHON" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("  %s: %.2f Gbit/s" % (sys.argv[2], d["end"]["sum_received"]["bits_per_second"]/1e9))' \
+  "$PYTHON" -c 'import json,sys; e=json.load(open(sys.argv[1]))["end"]; print("  %s: %.2f Gbit/s%s" % (sys.argv[2], e["sum_received"]["bits_per_second"]/1e9, " (reverse direction %.2f)" % (e["sum_received_bidir_reverse"]["bits_per_second"]/1e9) if "sum_received_bidir_reverse" in e else ""))' \
     "$OUT/raw/$name.iperf.json" "$name"
+}
+
+# runs "$@" and records a failure (the run's name is the first argument after the function)
+try() {
+  "$@" && return 0
+  echo "$2" >>"$OUT/raw/failures.txt"
+  echo "  ($2 FAILED; see $OUT/logs/$2*)"
+  failed=1
 }
 
 want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
@@ -104,18 +115,19 @@ for ((rep = 1; rep <= REPS; rep++)); do
   echo "=== repetition $rep of $REPS ($(($(date +%s) - start)) s, load average $(cut -d' ' -f1-3 /proc/loadavg))"
   echo "$rep $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/raw/load.txt"
   bed_rate 0 off; bed_rate 1 off
-  want a && { run_iperf "a_iperf3__rep$rep" || failed=1; }
-  want a && { run_choir "a_choir_2x1__rep$rep" 2 1 blocked --min-bytes 64M --max-bytes 256M --time-per-size 1 --warmup 2 || failed=1; }
-  want d && { run_gloo "a_gloo_2x1__rep$rep" 2 1 blocked --sizes 64M,128M,256M --iters 5 --warmup 1 || failed=1; }
-  want b && { run_choir "b_choir_2x2_default__rep$rep" 2 2 blocked --min-bytes 16M --max-bytes 256M --step-factor 4 --time-per-size 1 --warmup 2 || failed=1; }
-  want b && { run_choir "b_choir_2x2_ring__rep$rep" 2 2 blocked --min-bytes 16M --max-bytes 256M --step-factor 4 --time-per-size 1 --warmup 2 --algo ring || failed=1; }
-  want d && { run_gloo "b_gloo_2x2__rep$rep" 2 2 blocked --sizes 16M,64M,256M --iters 5 --warmup 1 || failed=1; }
+  want a && try run_iperf "a_iperf3__rep$rep"
+  want a && try run_iperf "a_iperf3bidir__rep$rep" --bidir
+  want a && try run_choir "a_choir_2x1__rep$rep" 2 1 blocked --min-bytes 64M --max-bytes 256M --time-per-size 1 --warmup 2
+  want d && try run_gloo "a_gloo_2x1__rep$rep" 2 1 blocked --sizes 64M,128M,256M --iters 5 --warmup 1
+  want b && try run_choir "b_choir_2x2_default__rep$rep" 2 2 blocked --min-bytes 16M --max-bytes 256M --step-factor 4 --time-per-size 1 --warmup 2
+  want b && try run_choir "b_choir_2x2_ring__rep$rep" 2 2 blocked --min-bytes 16M --max-bytes 256M --step-factor 4 --time-per-size 1 --warmup 2 --algo ring
+  want d && try run_gloo "b_gloo_2x2__rep$rep" 2 2 blocked --sizes 16M,64M,256M --iters 5 --warmup 1
   if want c || want d; then
     bed_rate 0 "$RATE"; bed_rate 1 "$RATE"
-    want c && { run_choir "c_choir_2x4i_default__rep$rep" 2 4 interleaved --min-bytes 16M --max-bytes 64M --step-factor 4 --iters 3 --warmup 1 || failed=1; }
-    want c && { run_choir "c_choir_2x4i_ring__rep$rep" 2 4 interleaved --min-bytes 16M --max-bytes 64M --step-factor 4 --iters 3 --warmup 1 --algo ring || failed=1; }
-    want c && { run_choir "c_choir_2x4b_ring__rep$rep" 2 4 blocked --min-bytes 16M --max-bytes 64M --step-factor 4 --iters 3 --warmup 1 --algo ring || failed=1; }
-    want d && { run_gloo "c_gloo_2x4i__rep$rep" 2 4 interleaved --sizes 16M,64M --iters 3 --warmup 1 || failed=1; }
+    want c && try run_choir "c_choir_2x4i_default__rep$rep" 2 4 interleaved --min-bytes 16M --max-bytes 64M --step-factor 4 --iters 3 --warmup 1
+    want c && try run_choir "c_choir_2x4i_ring__rep$rep" 2 4 interleaved --min-bytes 16M --max-bytes 64M --step-factor 4 --iters 3 --warmup 1 --algo ring
+    want c && try run_choir "c_choir_2x4b_ring__rep$rep" 2 4 blocked --min-bytes 16M --max-bytes 64M --step-factor 4 --iters 3 --warmup 1 --algo ring
+    want d && try run_gloo "c_gloo_2x4i__rep$rep" 2 4 interleaved --sizes 16M,64M --iters 3 --warmup 1
     bed_rate 0 off; bed_rate 1 off
   fi
 done

@@ -66,7 +66,11 @@ def main():
             continue
         if is_iperf:
             try:
-                iperf[rep] = doc["end"]["sum_received"]["bits_per_second"] / 8e9  # GB/s
+                end = doc["end"]
+                gbs = end["sum_received"]["bits_per_second"] / 8e9  # GB/s
+                if "sum_received_bidir_reverse" in end:  # --bidir: mean of the two directions
+                    gbs = (gbs + end["sum_received_bidir_reverse"]["bits_per_second"] / 8e9) / 2
+                iperf.setdefault(name, {})[rep] = gbs
             except (KeyError, TypeError):
                 pass
             continue
@@ -83,10 +87,19 @@ def main():
             loads = [line.split()[1] for line in f if len(line.split()) >= 2]
         out.append("Load average (1 min) of the machine at the start of each repetition and at the end: "
                    + ", ".join(loads) + " (2 vCPUs; other jobs share the machine).\n")
-    if iperf:
-        out.append(f"**iperf3, 1 TCP stream between the two namespace hosts:** "
-                   f"{med_range([v * 8 for v in iperf.values()])} Gbit/s = {med_range(list(iperf.values()))} GB/s "
-                   f"({len(iperf)} runs)\n")
+    for key, title in (("a_iperf3", "1 TCP stream, host 1 -> host 0"),
+                       ("a_iperf3bidir", "--bidir, 1 stream each way at once, per direction")):
+        v = list(iperf.get(key, {}).values())
+        if v:
+            out.append(f"**iperf3 between the two namespace hosts, {title}:** "
+                       f"{med_range([x * 8 for x in v])} Gbit/s = {med_range(v)} GB/s ({len(v)} runs)\n")
+    failures_path = os.path.join(a.raw, "failures.txt")
+    if os.path.exists(failures_path):
+        with open(failures_path) as f:
+            failed = [line.strip() for line in f if line.strip()]
+        if failed:
+            out.append("**Runs that exited nonzero** (their figures, when rank 0 wrote them, are still "
+                       "included): " + ", ".join(failed) + "\n")
 
     def table(title, configs):
         configs = [c for c in configs if c in busbw]
@@ -106,7 +119,7 @@ def main():
         out.append("")
 
     def ratio(title, num, den, target=None, den_scalar=None):
-        if num not in busbw or (den not in busbw and den_scalar is None):
+        if num not in busbw or (den not in busbw and not den_scalar):
             return
         out.append(f"#### {title}\n")
         out.append("| size | ratio, median (min–max) of per-repetition ratios |" + (" target | met? |" if target else ""))
@@ -126,7 +139,12 @@ def main():
         out.append("")
 
     table("(a) 2 hosts x 1 rank, no rate limit", ["a_choir_2x1", "a_gloo_2x1"])
-    ratio("(a) choir busbw / iperf3 single-stream bandwidth", "a_choir_2x1", None, target=0.8, den_scalar=iperf)
+    ratio("(a) choir busbw / iperf3 single-stream bandwidth", "a_choir_2x1", None, target=0.8,
+          den_scalar=iperf.get("a_iperf3", {}))
+    ratio("(a) choir busbw / iperf3 --bidir bandwidth per direction", "a_choir_2x1", None,
+          den_scalar=iperf.get("a_iperf3bidir", {}))
+    ratio("(a) gloo busbw / iperf3 single-stream bandwidth", "a_gloo_2x1", None,
+          den_scalar=iperf.get("a_iperf3", {}))
     table("(b) 2 hosts x 2 ranks (blocked placement), no rate limit",
           ["b_choir_2x2_default", "b_choir_2x2_ring", "b_gloo_2x2"])
     ratio("(b) choir default / choir --algo ring, 2 x 2", "b_choir_2x2_default", "b_choir_2x2_ring", target=1.5)
