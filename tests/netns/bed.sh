@@ -26,6 +26,7 @@
 #       tests/netns/bed.sh exec 1 ip -br addr
 #       tests/netns/bed.sh spawn 0 /tmp/log iperf3 -s     # prints the PID
 #       tests/netns/bed.sh rate 0 1gbit [PEER...]         # tbf, or htb per peer host
+#       tests/netns/bed.sh link 0 1 mgmt0 89              # extra direct link 10.89.0.0/24
 #       tests/netns/bed.sh status
 #       tests/netns/bed.sh destroy
 #       tests/netns/bed.sh reap                 # remove beds whose creator is dead
@@ -182,6 +183,29 @@ bed_create() {
     [ "$ok" = 1 ] || { bed_die "eth0 of host $i did not come up"; return 1; }
   done
   bed_log "created $n hosts: $(for ((i = 0; i < n; i++)); do printf '%s=%s ' "$(bed_ns "$i")" "$(bed_ip "$i")"; done)"
+}
+
+# bed_link I J DEV NET: an extra direct link between hosts I and J (a veth
+# pair, one end named DEV in each), addresses 10.NET.0.<I+1> and 10.NET.0.<J+1>,
+# e.g. a second network (management, or a fast/slow rail) next to eth0.
+bed_link() {
+  local i=$1 j=$2 dev=$3 net=$4 a b
+  a=$(bed_ns "$i"); b=$(bed_ns "$j")
+  bed__ns_exists "$a" && bed__ns_exists "$b" || { bed_die "no host $i or $j"; return 1; }
+  ip link add "$dev" netns "$a" type veth peer name "$dev" netns "$b" || return 1
+  ip -n "$a" addr add "10.$net.0.$((i + 1))/24" dev "$dev" || return 1
+  ip -n "$b" addr add "10.$net.0.$((j + 1))/24" dev "$dev" || return 1
+  ip -n "$a" link set "$dev" up || return 1
+  ip -n "$b" link set "$dev" up || return 1
+  bed_log "link $dev between host $i (10.$net.0.$((i + 1))) and host $j (10.$net.0.$((j + 1)))"
+}
+
+# bed_bytes I DEV: bytes received + sent on DEV inside host I
+bed_bytes() {
+  local ns
+  ns=$(bed_ns "$1")
+  echo $(($(ip netns exec "$ns" cat "/sys/class/net/$2/statistics/rx_bytes") + \
+    $(ip netns exec "$ns" cat "/sys/class/net/$2/statistics/tx_bytes")))
 }
 
 # Command prefix that enters host i (and isolates it when BED_ISOLATE=1).
@@ -443,11 +467,12 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     ;;
   wait) bed_load && bed_wait "$@" ;;
   rate) bed_load && bed_rate "$@" ;;
+  link) bed_load && bed_link "$@" ;;
   ip) bed_load && bed_ip "${1:?I}" ;;
   ns) bed_load && bed_ns "${1:?I}" ;;
   status) bed_load && bed_status ;;
   destroy) bed_load && bed_destroy ;;
   reap) bed_reap ;;
-  *) sed -n '2,55p' "$0"; exit 2 ;;
+  *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 2 ;;
   esac
 fi

@@ -47,14 +47,15 @@ nt_start_job() {
 }
 
 nt_wait_job() {
-  local timeout=$1 k rc=0
+  local timeout=$1 k rc=0 tag="FAIL:"
+  [ "${NT_EXPECT_FAILURE:-0}" = 1 ] && tag="(expected)"
   bed_wait_all "$timeout" "${NT_PIDS[@]}"
   for k in "${!NT_PIDS[@]}"; do
     if [ "${BED_RCS[k]}" != 0 ]; then
       if [ "${BED_RCS[k]}" = 124 ]; then
-        echo "FAIL: launcher of host $k did not finish within ${timeout} s (stopped by PID)" >&2
+        echo "$tag launcher of host $k did not finish within ${timeout} s (stopped by PID)" >&2
       else
-        echo "FAIL: launcher of host $k exited with ${BED_RCS[k]}" >&2
+        echo "$tag launcher of host $k exited with ${BED_RCS[k]}" >&2
       fi
       rc=1
     fi
