@@ -49,7 +49,7 @@ run_choir() {
   local name=$1 h=$2 p=$3 place=$4; shift 4
   local logs="$OUT/logs/$name" mode=()
   [ "$place" = interleaved ] && mode=(--interleave)
-  rm -rf "$logs"
+  rm -rf "$logs" "$logs.retry"
   next_port
   if ! nt_run_job 600 "$h" "$p" "$port" "$logs" "${mode[@]}" -- \
     "$CHOIR" perf --op allreduce --check --json "$OUT/raw/$name.json" "$@"; then
