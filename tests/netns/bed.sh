@@ -419,6 +419,8 @@ bed_destroy() {
   fi
   [ -n "$(bed__our_namespaces)" ] && rc=1
   bed_log "destroyed"
+  # the bed is gone: signals act normally again (a script may go on after an explicit destroy)
+  trap - INT TERM HUP
   return "$rc"
 }
 
