@@ -135,6 +135,43 @@ TEST(CommFailureTest, InvalidArgumentsGiveTheirCodeAndDoNotHangPeers) {
   }
 }
 
+// A rank that destroys its communicator says bye: peers that go on among
+// themselves are not disturbed by its closed connections (the exit race of a
+// job's last collective), and one that still expects data from it gets a
+// PeerLost that says the ranks ran different operations.
+TEST(CommFailureTest, DestroyedPeerSaysByeAndIsOnlyAnErrorWhenNeeded) {
+  auto results = RunRanks(3, [](Communicator& world) -> Status {
+    auto sub = world.Split(0, world.rank());
+    if (!sub.ok()) return sub.status();
+    if (world.rank() == 0) {
+      sub->reset();
+      return world.Barrier().Wait();
+    }
+    CHOIR_RETURN_IF_ERROR(world.Barrier().Wait());
+    Communicator& c = **sub;
+    const int other = c.rank() == 1 ? 2 : 1;
+    // Rank 1 waits for a while, checking its other peers' connections meanwhile.
+    if (c.rank() == 2) std::this_thread::sleep_for(300ms);
+    for (int i = 0; i < 20; ++i) {
+      int32_t mine = 100 * c.rank() + i, theirs = -1;
+      Work s = c.Send(&mine, 1, DataType::kInt32, other, i);
+      Work r = c.Recv(&theirs, 1, DataType::kInt32, other, i);
+      CHOIR_RETURN_IF_ERROR(s.Wait());
+      CHOIR_RETURN_IF_ERROR(r.Wait());
+      if (theirs != 100 * other + i) return Status(Code::kInternal, "wrong value " + std::to_string(theirs));
+    }
+    if (c.rank() != 1) return Status::Ok();
+    int32_t x = 0;
+    const Status lost = c.Recv(&x, 1, DataType::kInt32, 0, 7).Wait();
+    if (lost.code() != Code::kPeerLost || lost.message().find("left the communicator") == std::string::npos ||
+        lost.message().find("tag 7") == std::string::npos) {
+      return Status(Code::kInternal, "want PeerLost naming the departure, got " + lost.ToString());
+    }
+    return Status::Ok();
+  }, Opts("tcp", 10s));
+  ExpectAllOk(results);
+}
+
 TEST(CommFailureTest, LocalValidationCodes) {
   auto results = RunRanks(1, [](Communicator& comm) -> Status {
     std::vector<int32_t> v(4);

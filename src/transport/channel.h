@@ -54,6 +54,10 @@ class Channel {
   // Best effort, never blocks: tells the peer that this rank failed with
   // `code`/`text`. After this the channel carries nothing more.
   virtual void SendAbort(int code, const std::string& text) = 0;
+  // Best effort, never blocks: tells the peer that this rank leaves cleanly
+  // (its communicator is being destroyed), so that a peer still finishing the
+  // last collective does not mistake the closed connection for a crash.
+  virtual void SendBye() {}
   // A failure the peer announced on a side path (shm abort record), or OK.
   virtual Status RemoteAbort() { return Status::Ok(); }
 };

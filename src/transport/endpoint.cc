@@ -41,7 +41,11 @@ Endpoint::Endpoint(int rank, int size, std::vector<std::unique_ptr<Channel>> cha
   }
 }
 
-Endpoint::~Endpoint() = default;
+Endpoint::~Endpoint() {
+  for (auto& ch : channels_) {
+    if (ch != nullptr) ch->SendBye();
+  }
+}
 
 TransportKind Endpoint::kind(int peer) const {
   const Channel* ch = channels_[static_cast<size_t>(peer)].get();
@@ -134,6 +138,7 @@ Result<bool> Endpoint::StepRecv(Xfer& x, Channel& ch, const RunHooks& hooks) {
     if (!have) return false;
     const MsgHeader& h = ch.incoming();
     if (h.kind == static_cast<uint32_t>(MsgKind::kAbort)) return ReadAbortMessage(ch);
+    if (h.kind == static_cast<uint32_t>(MsgKind::kBye)) return Departed(ch, x);
     const bool got_p2p = h.kind == static_cast<uint32_t>(MsgKind::kP2P);
     if (want_p2p) {
       if (!got_p2p) return false;  // the peer is inside a collective; wait for it
@@ -177,6 +182,7 @@ Result<bool> Endpoint::StepAnySource(Xfer& x, const RunHooks& hooks) {
     if (!have) continue;
     const MsgHeader& h = ch->incoming();
     if (h.kind == static_cast<uint32_t>(MsgKind::kAbort)) return ReadAbortMessage(*ch);
+    if (h.kind == static_cast<uint32_t>(MsgKind::kBye)) continue;  // left; another rank may still send
     if (h.kind != static_cast<uint32_t>(MsgKind::kP2P)) continue;
     if (h.seq == x.header.seq) {
       x.peer = p;
@@ -204,6 +210,8 @@ Status Endpoint::CheckPeers(std::span<Xfer> xfers) {
     // Peek at peers this step does not wait for: an abort message or a closed
     // connection there means the collective can never complete. Reading a
     // header early is harmless; it stays buffered for the step that wants it.
+    // A peer that said bye has left cleanly: it is not needed by this step, and
+    // its bye stays buffered so that a step that does need it reports Departed().
     CHOIR_ASSIGN_OR_RETURN(bool have, ch->PollHeader());
     if (have && ch->incoming().kind == static_cast<uint32_t>(MsgKind::kAbort) &&
         !stash_progress_[static_cast<size_t>(ch->peer())].active) {
@@ -216,6 +224,16 @@ Status Endpoint::CheckPeers(std::span<Xfer> xfers) {
     if (ch) CHOIR_RETURN_IF_ERROR(ch->CheckAlive());
   }
   return Status::Ok();
+}
+
+Status Endpoint::Departed(const Channel& ch, const Xfer& x) const {
+  const bool p2p = x.header.kind == static_cast<uint32_t>(MsgKind::kP2P);
+  return Status(Code::kPeerLost,
+                ch.Describe() + " left the communicator (destroyed it, or its process ended normally) while this rank still expected " +
+                    (p2p ? "a message with tag " + std::to_string(x.header.seq)
+                         : "data of collective #" + std::to_string(x.header.seq)) +
+                    " from it: the ranks did not run the same sequence of operations; check that every rank "
+                    "makes the same collective calls before it exits");
 }
 
 Status Endpoint::Explain(const Status& status) {

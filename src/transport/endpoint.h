@@ -126,6 +126,8 @@ class Endpoint {
   Result<bool> ContinueStash(Channel& ch);
   bool TakeFromStash(Xfer& x, int peer);
   Status ReadAbortMessage(Channel& ch);
+  // The error for a receive from a peer whose bye has arrived.
+  Status Departed(const Channel& ch, const Xfer& x) const;
   Status CheckPeers(std::span<Xfer> xfers);
   // Replaces a PeerLost by the abort report of the rank that failed first, if one arrived.
   Status Explain(const Status& status);

@@ -22,7 +22,9 @@ enum class MsgKind : uint32_t {
   kCollective = 1,  // seq = collective sequence number
   kP2P = 2,         // seq = user tag
   kAbort = 3,       // payload = text of the sender's error; `sig` = its error code
+  kBye = 4,         // the sender destroyed its communicator cleanly; nothing follows
 };
+inline bool IsValidKind(uint32_t kind) { return kind >= 1 && kind <= static_cast<uint32_t>(MsgKind::kBye); }
 
 struct MsgHeader {
   uint32_t magic = kMessageMagic;

@@ -7,8 +7,7 @@
 #   nt_wait_job TIMEOUT_S      waits for all launchers (kills them on timeout);
 #                              returns 0 when every launcher exited 0
 #   nt_run_job TIMEOUT H P PORT LOGDIR [--interleave] -- PROGRAM ARGS...
-#                              both of the above, with one retry on the known
-#                              exit race only (see nt_exit_race); logs in NT_LOGS
+#                              both of the above; logs in NT_LOGS
 #   nt_dump_logs LOGDIR        prints every log (on failure)
 #
 # --interleave places ranks round-robin over hosts (rank = local * H + node)
@@ -63,37 +62,13 @@ nt_wait_job() {
   return "$rc"
 }
 
-# nt_exit_race LOGDIR: true when a failed job failed only with the known exit
-# race: a rank that finished the job's last collective exits and closes its
-# connections while other ranks are still inside that collective; they see
-# "E304 PeerLost ... closed the connection while this rank was receiving" from
-# a peer they no longer needed (choir has no closing handshake yet and checks
-# every peer's connection while waiting). Any other error is a real failure.
-nt_exit_race() {
-  local errors
-  errors=$(grep -ho 'E[0-9][0-9][0-9] [A-Za-z]*: .*' "$1"/*.log 2>/dev/null | grep -v '^E600 RankFailed')
-  [ -n "$errors" ] || return 1
-  ! echo "$errors" | grep -qv 'E304 PeerLost: .*closed the connection while this rank was receiving'
-}
-
 # nt_run_job TIMEOUT H P PORT LOGDIR [--interleave] -- PROGRAM ARGS...: start and
-# wait; on the known exit race (nt_exit_race) it says so loudly and runs the job
-# once more (ports PORT+5, logs LOGDIR.retry). Set NT_NO_RETRY=1 to fail at once.
-# NT_LOGS names the log dir of the attempt that counts.
+# wait. NT_LOGS names the log dir.
 nt_run_job() {
   local timeout=$1 h=$2 p=$3 port=$4 logdir=$5; shift 5
   NT_LOGS=$logdir
   nt_start_job "$h" "$p" "$port" "$logdir" "$@" || return 1
-  nt_wait_job "$timeout" && return 0
-  if [ "${NT_NO_RETRY:-0}" != 1 ] && nt_exit_race "$logdir"; then
-    echo "RETRY: the job failed only with the known choir exit race (E304 PeerLost from a" \
-      "peer that had finished and exited; no closing handshake). Running it once more." >&2
-    grep -h 'E304 PeerLost' "$logdir"/*.log | head -3 >&2
-    NT_LOGS=$logdir.retry
-    nt_start_job "$h" "$p" $((port + 5)) "$NT_LOGS" "$@" || return 1
-    nt_wait_job "$timeout" && return 0
-  fi
-  return 1
+  nt_wait_job "$timeout"
 }
 
 # nt_allreduce_algos: sets NT_ALGOS (choir's allreduce algorithms, comma list)

@@ -93,7 +93,7 @@ Result<bool> ShmChannel::PollHeader() {
   const uint64_t head = in_->head.load(std::memory_order_acquire);
   if (head - in_tail_ < kAlign) return false;
   std::memcpy(&in_header_, in_data_ + in_tail_ % cap_, sizeof(MsgHeader));
-  if (in_header_.magic != kMessageMagic || in_header_.kind < 1 || in_header_.kind > 3) {
+  if (in_header_.magic != kMessageMagic || !IsValidKind(in_header_.kind)) {
     return Status(Code::kProtocolError, "corrupt message header in the ring from " + Describe());
   }
   in_tail_ += kAlign;

@@ -190,7 +190,7 @@ Result<bool> TcpChannel::PollHeader() {
   }
   std::memcpy(&in_header_, in_.data() + in_pos_, sizeof(MsgHeader));
   in_pos_ += sizeof(MsgHeader);
-  if (in_header_.magic != kMessageMagic || in_header_.kind < 1 || in_header_.kind > 3) {
+  if (in_header_.magic != kMessageMagic || !IsValidKind(in_header_.kind)) {
     return Status(Code::kProtocolError,
                   "bad message header from " + Describe() + " (magic " + std::to_string(in_header_.magic) +
                       ", kind " + std::to_string(in_header_.kind) + "); the stream is corrupt");
@@ -340,6 +340,25 @@ void TcpChannel::SendAbort(int code, const std::string& text) {
   }
   // The peer reads the abort message (if it fit) and then end-of-stream.
   for (const auto& f : fds_) shutdown(f.get(), SHUT_WR);
+}
+
+void TcpChannel::SendBye() {
+  if (aborted_.exchange(true)) return;  // an abort message already said goodbye
+  if (!mid_message_) {
+    MsgHeader h;
+    h.kind = static_cast<uint32_t>(MsgKind::kBye);
+    const ssize_t n = send(fd(0), &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+    CHOIR_LOG(Debug, TCP, "bye to {}: {} of {} bytes", Describe(), n, sizeof(h));
+  }
+  for (const auto& f : fds_) {
+    shutdown(f.get(), SHUT_WR);
+    // Closing a socket with unread bytes sends a reset, and a reset makes the
+    // peer's kernel drop what it has not read yet (our bye among it). Unread
+    // bytes are of no use to a rank that leaves: discard them.
+    uint8_t sink[4096];
+    while (recv(f.get(), sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+    }
+  }
 }
 
 }  // namespace choir::transport

@@ -40,6 +40,7 @@ class TcpChannel final : public Channel {
 
   std::vector<int> poll_fds() const override;
   void SendAbort(int code, const std::string& text) override;
+  void SendBye() override;
 
  private:
   struct Part {
