@@ -153,6 +153,13 @@ Status ReadRemote(int pid, int peer_rank, void* local, uint64_t remote, size_t b
       if (err == ESRCH) {
         return Status(Code::kPeerLost, fmt::format("rank {} (pid {}) exited during a same-host transfer", peer_rank, pid));
       }
+      if (err == EFAULT) {
+        // The peer's buffer is gone: it left this collective before we finished reading.
+        return Status(Code::kPeerLost,
+                      fmt::format("rank {} (pid {}) left the collective during a same-host transfer (its buffer "
+                                  "is no longer mapped); it usually failed or was aborted first",
+                                  peer_rank, pid));
+      }
       return ErrnoError(Code::kSystemError, err,
                         fmt::format("process_vm_readv of {} bytes from rank {} (pid {})", bytes, peer_rank, pid));
     }

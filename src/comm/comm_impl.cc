@@ -110,6 +110,7 @@ Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_
     s = (*algo)->fn(ctx, args);
   }
   if (s.ok()) return s;
+  s = endpoint_->Explain(s);  // a lost peer is often explained by another rank's abort report
   const double elapsed = static_cast<double>(NowNanos() - start) * 1e-9;
   std::string context = Describe(sig, seq);
   if (*algo_index >= 0) context += std::string(" [") + algorithms::AllAlgorithms()[static_cast<size_t>(*algo_index)].name + "]";

@@ -114,6 +114,8 @@ class Endpoint {
   // message, what is still missing.
   Status WaitLocal(const std::function<bool()>& ready, const RunHooks& hooks,
                    const std::function<std::string()>& waiting_for);
+  // Replaces a PeerLost by the abort report of the rank that failed first, if one arrived.
+  Status Explain(const Status& status);
   // Where per-peer traffic is counted (once per finished Xfer).
   void set_metrics(diag::CommMetrics* metrics) { metrics_ = metrics; }
   // Counts bytes this rank read from a local peer's memory (shared-area algorithms).
@@ -129,8 +131,6 @@ class Endpoint {
   // The error for a receive from a peer whose bye has arrived.
   Status Departed(const Channel& ch, const Xfer& x) const;
   Status CheckPeers(std::span<Xfer> xfers);
-  // Replaces a PeerLost by the abort report of the rank that failed first, if one arrived.
-  Status Explain(const Status& status);
   Status Timeout(std::span<Xfer> xfers, double waited) const;
   void WaitTcp(const RunHooks& hooks, bool shm_pending);
 

@@ -270,6 +270,11 @@ void RankSupervisor::Pump(Rank& rank, bool is_err) {
 }
 
 void RankSupervisor::ReapExited() {
+  // Failures are told apart by how the ranks ended: one killed by a signal
+  // (before the launcher stopped anyone) is the cause, and the ones that
+  // exited with an error code usually only reported losing it, even when they
+  // were reaped first (a killed process with much memory takes a while to
+  // become reapable, while its peers notice at once).
   for (Rank& r : ranks_) {
     if (!r.running) continue;
     int status = 0;
@@ -281,9 +286,12 @@ void RankSupervisor::ReapExited() {
     r.exit_seconds = Elapsed();
     CHOIR_LOG(Debug, LAUNCH, "rank {} (pid {}) {}", r.rank, r.pid, DescribeExit(r.wait_status));
     const bool stopping = stop_signal_ != 0 || term_sent_;
-    if (Failed(r.wait_status) && first_failure_ < 0 && !stopping) {
-      first_failure_ = static_cast<int>(&r - ranks_.data());
-      grace_deadline_ = NowSeconds() + options_.grace_seconds;
+    if (Failed(r.wait_status) && !stopping) {
+      const bool replace = first_failure_ < 0 ||
+                           (WIFSIGNALED(r.wait_status) &&
+                            !WIFSIGNALED(ranks_[static_cast<size_t>(first_failure_)].wait_status));
+      if (replace) first_failure_ = static_cast<int>(&r - ranks_.data());
+      if (grace_deadline_ < 0) grace_deadline_ = NowSeconds() + options_.grace_seconds;
     }
   }
 }
