@@ -32,6 +32,7 @@
 
 #include "choir/status.h"
 #include "choir/store.h"
+#include "choir/topology.h"
 #include "choir/types.h"
 
 namespace choir {
@@ -114,6 +115,10 @@ class Communicator {
   Status status() const;
   // "world", or "world/split0/color3" for sub-communicators.
   const std::string& name() const;
+  // Hosts, groups inside hosts, each rank's place and the link classes this
+  // communicator's algorithm selection uses: from CHOIR_TOPO_FILE when set,
+  // else detected on every rank and exchanged at creation.
+  const Topology& topology() const;
 
   // recv[i] = op over ranks of send[i], on every rank.
   Work Allreduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,

@@ -8,8 +8,10 @@
 #define CHOIR_ALGORITHMS_GROUP_VIEW_H_
 
 #include <cstddef>
+#include <string>
 
 #include "algorithms/layout.h"
+#include "choir/topology.h"
 
 namespace choir::algorithms {
 
@@ -17,6 +19,11 @@ struct LinkCost {
   double latency_s = 1e-6;       // per message
   double bandwidth_bps = 10e9;   // bytes per second, one direction
 };
+
+// The cost of link class `name` ("intra_host", "inter_host") of `topology`,
+// or `fallback` when the topology does not give it (defined in plan.cc).
+LinkCost LinkCostOf(const Topology& topology, const std::string& name, LinkCost fallback);
+
 
 struct GroupView {
   int size = 1;

@@ -12,13 +12,6 @@ namespace {
 
 using algorithms::CollKind;
 
-algorithms::LinkCost CostOf(const Topology& t, const std::string& name, algorithms::LinkCost fallback) {
-  for (const LinkClass& l : t.links) {
-    if (l.name == name && l.bandwidth_gbps > 0) return {l.latency_us * 1e-6, l.bandwidth_gbps * 1e9};
-  }
-  return fallback;
-}
-
 algorithms::OpArgs ArgsFor(CollKind kind, uint64_t bytes, int world) {
   algorithms::OpArgs a;
   a.kind = kind;
@@ -35,6 +28,15 @@ double Predict(const algorithms::Algorithm& a, const algorithms::GroupView& g, c
 }
 
 }  // namespace
+
+namespace algorithms {
+LinkCost LinkCostOf(const Topology& t, const std::string& name, LinkCost fallback) {
+  for (const LinkClass& l : t.links) {
+    if (l.name == name && l.bandwidth_gbps > 0) return {l.latency_us * 1e-6, l.bandwidth_gbps * 1e9};
+  }
+  return fallback;
+}
+}  // namespace algorithms
 
 Result<std::vector<PlanRow>> ExplainPlan(const Topology& topology) {
   const int world = topology.world_size > 0 ? topology.world_size : static_cast<int>(topology.ranks.size());
@@ -55,8 +57,8 @@ Result<std::vector<PlanRow>> ExplainPlan(const Topology& topology) {
   view.same_host = layout.num_hosts() == 1 && world > 1;
   view.cma = view.same_host && params::GetString(params::Id::kShmCma) != "off";
   view.slot_bytes = view.same_host ? params::GetBytes(params::Id::kShmSlotBytes) : 0;
-  view.intra_host = CostOf(topology, "intra_host", view.intra_host);
-  view.inter_host = CostOf(topology, "inter_host", view.inter_host);
+  view.intra_host = algorithms::LinkCostOf(topology, "intra_host", view.intra_host);
+  view.inter_host = algorithms::LinkCostOf(topology, "inter_host", view.inter_host);
   algorithms::SelectConfig config;
   config.small_bytes = params::GetBytes(params::Id::kSmallBytes);
   CHOIR_ASSIGN_OR_RETURN(config.rules, algorithms::ParseAlgoRules(params::GetString(params::Id::kAlgo)));

@@ -1,10 +1,14 @@
-// Creating a communicator: settings, rendezvous through the store (every rank
-// publishes who and where it is), identity checks, and links to every peer.
+// Creating a communicator: settings, this rank's place (topology file,
+// inherited from the parent, or detected), rendezvous through the store
+// (every rank publishes who and where it is), identity checks, and links to
+// every peer.
 #include <sched.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
@@ -15,6 +19,7 @@
 #include "comm/comm_impl.h"
 #include "diag/metrics_endpoint.h"
 #include "params/params.h"
+#include "topology/build.h"
 #include "transport/tcp/interfaces.h"
 
 namespace choir::comm {
@@ -87,10 +92,72 @@ Result<CommConfig> ResolveConfig(const CommOptions& options) {
   return c;
 }
 
-// The address peers should connect to for this rank.
-Result<std::string> ChooseListenAddress() {
+// This process's CPU place as hwloc sees it, detected once per process.
+const RankPlace& DetectedPlace() {
+  static const RankPlace place = [] {
+    Result<RankPlace> p = DetectPlace();
+    return p.ok() ? *p : RankPlace{};
+  }();
+  return place;
+}
+
+std::string Fingerprint(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("{:016x}", h);
+}
+
+// Where this rank is and what its links cost, before the rendezvous.
+struct PlaceChoice {
+  RankPlace place;
+  std::optional<Topology> file;  // the whole topology file, when one is used
+  algorithms::LinkCost intra_host{1e-6, 10e9};
+  algorithms::LinkCost inter_host{20e-6, 3e9};
+  std::string source = "detected";
+  std::string fingerprint;
+};
+
+Result<PlaceChoice> ChoosePlace(const CommOptions& options, const comm::InheritedPlace* inherited, int rank,
+                                int size, CommConfig& config) {
+  PlaceChoice c;
+  if (inherited != nullptr) {
+    c.place = inherited->place;
+    c.intra_host = inherited->intra_host;
+    c.inter_host = inherited->inter_host;
+    c.source = inherited->source;
+    c.fingerprint = inherited->fingerprint;
+  } else if (const std::string path = params::GetString(params::Id::kTopoFile); !path.empty()) {
+    Result<Topology> file = LoadTopologyFile(path, size);
+    if (!file.ok()) return file.status().WithContext("CHOIR_TOPO_FILE");
+    std::ifstream in(path);
+    c.fingerprint = Fingerprint(std::string(std::istreambuf_iterator<char>(in), {}));
+    c.place = file->ranks[static_cast<size_t>(rank)];
+    c.intra_host = algorithms::LinkCostOf(*file, "intra_host", c.intra_host);
+    c.inter_host = algorithms::LinkCostOf(*file, "inter_host", c.inter_host);
+    c.source = "file " + path;
+    // The file names the hosts; an explicit CommOptions::host_id still wins.
+    if (options.host_id.empty()) config.host_id = c.place.host;
+    c.file = std::move(*file);
+  } else {
+    c.place = DetectedPlace();
+  }
+  c.place.rank = rank;
+  c.place.host = config.host_id;
+  return c;
+}
+
+// The address peers should connect to for this rank: CHOIR_LISTEN_ADDR, the
+// topology file's ip or interface for it, CHOIR_SOCKET_IFNAME, or the source
+// address of the route towards the store.
+Result<std::string> ChooseListenAddress(const RankPlace& place) {
   const std::string forced = params::GetString(params::Id::kListenAddr);
   if (!forced.empty()) return forced;
+  if (!place.ip.empty()) return place.ip;
+  if (!place.interface.empty()) {
+    auto iface = transport::FindInterface("=" + place.interface, transport::ListInterfaces());
+    if (!iface.ok()) return iface.status().WithContext("the topology file's interface for rank " + std::to_string(place.rank));
+    return iface->address;
+  }
   const std::string ifname = params::GetString(params::Id::kSocketIfname);
   if (!ifname.empty()) {
     CHOIR_ASSIGN_OR_RETURN(transport::Interface iface,
@@ -105,7 +172,8 @@ Result<std::string> ChooseListenAddress() {
   return source.ok() ? *source : std::string("127.0.0.1");
 }
 
-json MakeHello(const CommConfig& c, int rank, int size, const std::string& address) {
+json MakeHello(const CommConfig& c, int rank, int size, const std::string& address, const PlaceChoice& where) {
+  const RankPlace& p = where.place;
   return json{{"protocol", kProtocolVersion},
               {"version", kVersionString},
               {"build", BuildString()},
@@ -116,7 +184,27 @@ json MakeHello(const CommConfig& c, int rank, int size, const std::string& addre
               {"pid", static_cast<int>(getpid())},
               {"addr", address},
               {"netns", NetworkNamespace()},
-              {"transport", transport::TransportChoiceName(c.transport)}};
+              {"transport", transport::TransportChoiceName(c.transport)},
+              {"place", {{"package", p.package}, {"numa", p.numa}, {"cores", p.cores}, {"interface", p.interface}, {"ip", p.ip}}},
+              {"topo", where.source == "detected" ? std::string() : where.fingerprint},
+              {"topo_source", where.source}};
+}
+
+// The place a peer published (host: its host id).
+RankPlace PlaceFromHello(const std::string& text, const transport::PeerInfo& peer) {
+  RankPlace place;
+  place.rank = peer.rank;
+  place.host = peer.host_id;
+  const json h = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (h.is_object() && h.contains("place") && h["place"].is_object()) {
+    const json& p = h["place"];
+    place.package = p.value("package", -1);
+    place.numa = p.value("numa", -1);
+    place.cores = p.value("cores", std::vector<int>{});
+    place.interface = p.value("interface", std::string());
+    place.ip = p.value("ip", std::string());
+  }
+  return place;
 }
 
 // Parses and checks a peer's hello against ours.
@@ -147,6 +235,15 @@ Result<transport::PeerInfo> CheckHello(const std::string& text, const json& mine
     if (h.at("size") != mine["size"]) {
       return Status(Code::kInvalidWorldSize, who + " was started with world size " + h.at("size").dump() +
                                                  " but this rank with " + mine["size"].dump());
+    }
+    if (h.value("topo", std::string()) != mine["topo"]) {
+      auto describe = [](const json& j) {
+        const std::string src = j.value("topo_source", std::string("detected"));
+        return src == "detected" ? std::string("detects its place (no CHOIR_TOPO_FILE)")
+                                 : "reads " + src + " (fingerprint " + j.value("topo", std::string()) + ")";
+      };
+      return Status(Code::kClusterMismatch, who + " " + describe(h) + " but this rank " + describe(mine) +
+                                                "; give every rank the same CHOIR_TOPO_FILE");
     }
     if (h.at("build") != mine["build"]) {
       CHOIR_LOG(Warn, INIT, "{} was built as '{}', this rank as '{}'", who,
@@ -180,7 +277,7 @@ int OnlineCpus() {
 }  // namespace
 
 Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store, int rank, int size,
-                                                   const CommOptions& options) {
+                                                   const CommOptions& options, const InheritedPlace* inherited) {
   if (store == nullptr) return InvalidArgument("Communicator::Create needs a store, got null");
   if (size < 1) {
     return Status(Code::kInvalidWorldSize, "world size must be >= 1, got " + std::to_string(size));
@@ -191,6 +288,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   }
   CHOIR_ASSIGN_OR_RETURN(CommConfig config, ResolveConfig(options));
   WarnUnknownSettingsOnce();
+  CHOIR_ASSIGN_OR_RETURN(PlaceChoice where, ChoosePlace(options, inherited, rank, size, config));
   const int64_t start = NowNanos();
   const Deadline deadline = Deadline::AfterSeconds(config.timeout_seconds);
 
@@ -199,10 +297,10 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   config.uid = config.name + "#" + std::to_string((joined - 1) / size);
   auto scoped = NewPrefixStore("choir/" + config.uid, store);
 
-  CHOIR_ASSIGN_OR_RETURN(std::string address, ChooseListenAddress());
+  CHOIR_ASSIGN_OR_RETURN(std::string address, ChooseListenAddress(where.place));
   CHOIR_ASSIGN_OR_RETURN(Fd listener, net::Listen(address, 0, 4096));
   const std::string listen_at = address + ":" + std::to_string(net::LocalPort(listener.get()));
-  const json hello = MakeHello(config, rank, size, listen_at);
+  const json hello = MakeHello(config, rank, size, listen_at, where);
   CHOIR_RETURN_IF_ERROR(scoped->Set("hello/" + std::to_string(rank), hello.dump()));
 
   std::vector<std::string> keys;
@@ -227,9 +325,11 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
                       "address or WORLD_SIZE");
   }
   std::vector<transport::PeerInfo> peers;
+  std::vector<RankPlace> places;
   for (int r = 0; r < size; ++r) {
     CHOIR_ASSIGN_OR_RETURN(std::string text, scoped->Get(keys[static_cast<size_t>(r)]));
     CHOIR_ASSIGN_OR_RETURN(transport::PeerInfo p, CheckHello(text, hello, r));
+    places.push_back(PlaceFromHello(text, p));
     peers.push_back(std::move(p));
   }
 
@@ -256,14 +356,27 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   std::vector<std::string> host_names;
   for (const auto& p : peers) host_names.push_back(p.host_id);
   impl->layout_ = algorithms::Layout::FromHostNames(host_names);
+  if (where.file && options.host_id.empty()) {
+    impl->topology_ = std::move(*where.file);
+  } else {
+    impl->topology_ = topology::AssembleTopology(std::move(places), where.source);
+    for (LinkClass& l : impl->topology_.links) {
+      const algorithms::LinkCost* cost = l.name == "intra_host" ? &where.intra_host
+                                         : l.name == "inter_host" ? &where.inter_host : nullptr;
+      if (cost != nullptr) l = LinkClass{l.name, cost->bandwidth_bps / 1e9, cost->latency_s * 1e6};
+    }
+  }
+  impl->topo_fingerprint_ = where.fingerprint;
+  impl->intra_host_cost_ = where.intra_host;
+  impl->inter_host_cost_ = where.inter_host;
   impl->peers_ = std::move(peers);
   impl->endpoint_ = std::move(*endpoint);
   impl->metrics_ = diag::RegisterComm(impl->config_.job_id, impl->config_.uid, rank, size);
   impl->endpoint_->set_metrics(impl->metrics_.get());
   CHOIR_RETURN_IF_ERROR(diag::EnsureMetricsEndpoint({impl->config_.job_id, rank, size, impl->config_.host_id}));
-  CHOIR_LOG(Info, INIT, "rank {}/{} joined '{}' in {:.1f} ms ({} local ranks{})", rank, size,
-            impl->config_.uid, static_cast<double>(NowNanos() - start) / 1e6, local,
-            oversubscribed ? ", oversubscribed: no spinning" : "");
+  CHOIR_LOG(Info, INIT, "rank {}/{} joined '{}' in {:.1f} ms ({} local ranks, {} hosts, topology {}{})", rank,
+            size, impl->config_.uid, static_cast<double>(NowNanos() - start) / 1e6, local,
+            impl->layout_.num_hosts(), where.source, oversubscribed ? ", oversubscribed: no spinning" : "");
   return impl;
 }
 

@@ -21,6 +21,7 @@
 #include "algorithms/op.h"
 #include "algorithms/select.h"
 #include "choir/communicator.h"
+#include "choir/topology.h"
 #include "comm/engine.h"
 #include "diag/metrics.h"
 #include "transport/connect.h"
@@ -44,16 +45,31 @@ struct CommConfig {
   algorithms::SelectConfig select;
 };
 
+// What a sub-communicator takes over from its parent instead of detecting
+// or reading the topology file again (the file describes the world's ranks).
+struct InheritedPlace {
+  RankPlace place;  // this rank's
+  algorithms::LinkCost intra_host, inter_host;
+  std::string source;       // "detected", "file <path>"
+  std::string fingerprint;  // of the topology file; empty when detected
+};
+
 class CommImpl {
  public:
+  // `inherited` is null for a communicator made from scratch: then each rank
+  // reads CHOIR_TOPO_FILE if set (its host, interface/IP and link classes),
+  // or detects its place with hwloc; the places are exchanged in the hellos.
   static Result<std::unique_ptr<CommImpl>> Create(std::shared_ptr<Store> store, int rank, int size,
-                                                  const CommOptions& options);
+                                                  const CommOptions& options,
+                                                  const InheritedPlace* inherited = nullptr);
   ~CommImpl();
 
   int rank() const { return rank_; }
   int size() const { return size_; }
   const CommConfig& config() const { return config_; }
   const std::vector<transport::PeerInfo>& peers() const { return peers_; }
+  // Hosts, groups, places and link classes of this communicator's ranks.
+  const Topology& topology() const { return topology_; }
   Status sticky() const;
 
   // Validates `args` and runs or queues the operation.
@@ -92,6 +108,8 @@ class CommImpl {
   CommConfig config_;
   std::vector<transport::PeerInfo> peers_;
   algorithms::Layout layout_;  // hosts of this communicator's ranks
+  Topology topology_;          // what the layout and link costs were built from
+  std::string topo_fingerprint_;
   algorithms::LinkCost intra_host_cost_{1e-6, 10e9};
   algorithms::LinkCost inter_host_cost_{20e-6, 3e9};
   std::unique_ptr<transport::Endpoint> endpoint_;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -170,6 +171,76 @@ TEST(CommFailureTest, DestroyedPeerSaysByeAndIsOnlyAnErrorWhenNeeded) {
     return Status::Ok();
   }, Opts("tcp", 10s));
   ExpectAllOk(results);
+}
+
+std::string WriteTempFile(const std::string& stem, const std::string& text) {
+  const std::string path = ::testing::TempDir() + testing::UniqueName(stem) + ".json";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  EXPECT_NE(f, nullptr) << path;
+  if (f != nullptr) {
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  }
+  return path;
+}
+
+// CHOIR_TOPO_FILE replaces detection: its hosts decide which ranks share
+// memory, its link classes feed the cost model, and sub-communicators keep
+// both.
+TEST(CommTopologyTest, TopologyFileGivesHostsLinksAndSelection) {
+  const std::string path = WriteTempFile("topo", R"({"version": 1, "world_size": 4,
+    "hosts": [{"name": "node-a", "ranks": [0, 1]}, {"name": "node-b", "ranks": [2, 3]}],
+    "links": {"inter_host": {"bandwidth_gbps": 0.5, "latency_us": 40}}})");
+  params::ScopedOverride file("CHOIR_TOPO_FILE", path);
+  auto results = RunRanks(4, [&](Communicator& comm) -> Status {
+    const Topology& t = comm.topology();
+    if (t.source != "file " + path || t.hosts.size() != 2 || t.hosts[1].name != "node-b" ||
+        t.hosts[1].ranks != std::vector<int>{2, 3}) {
+      return Status(Code::kInternal, "topology is not the file's: " + DescribeTopology(t));
+    }
+    const LinkClass* inter = t.FindLink("inter_host");
+    if (inter == nullptr || inter->bandwidth_gbps != 0.5 || inter->latency_us != 40) {
+      return Status(Code::kInternal, "inter_host link is not the file's");
+    }
+    std::vector<float> v(1 << 20, static_cast<float>(comm.rank() + 1));
+    Work w = comm.Allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+    CHOIR_RETURN_IF_ERROR(w.Wait());
+    if (w.info().algorithm != "hier") return Status(Code::kInternal, "selected " + w.info().algorithm + ", not hier");
+    for (float x : v) {
+      if (x != 10.0f) return Status(Code::kInternal, "wrong sum " + std::to_string(x));
+    }
+    auto sub = comm.Split(comm.rank() % 2, comm.rank());
+    if (!sub.ok()) return sub.status();
+    const Topology& st = (*sub)->topology();
+    if (st.source != t.source || st.hosts.size() != 2 || st.FindLink("inter_host")->bandwidth_gbps != 0.5) {
+      return Status(Code::kInternal, "the sub-communicator lost the file's topology: " + DescribeTopology(st));
+    }
+    return Status::Ok();
+  }, Opts("auto", 20s));
+  ExpectAllOk(results);
+  std::remove(path.c_str());
+}
+
+TEST(CommTopologyTest, DetectedTopologyNamesThisHost) {
+  auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    const Topology& t = comm.topology();
+    if (t.source != "detected" || t.hosts.size() != 1 || t.ranks.size() != 2 || t.ranks[1].rank != 1) {
+      return Status(Code::kInternal, "unexpected topology: " + DescribeTopology(t));
+    }
+    return Status::Ok();
+  }, Opts("auto", 20s));
+  ExpectAllOk(results);
+}
+
+TEST(CommTopologyTest, BadTopologyFileFailsCreationWithItsLine) {
+  const std::string path = WriteTempFile("badtopo", "{\"version\": 1,\n \"hosts\": [{\"name\": \"a\", \"ranks\": [0, 0]}]}");
+  params::ScopedOverride file("CHOIR_TOPO_FILE", path);
+  auto results = RunRanks(1, [](Communicator&) -> Status { return Status::Ok(); }, Opts("auto", 5s));
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].create.code(), Code::kBadTopologyFile) << results[0].create.ToString();
+  EXPECT_NE(results[0].create.message().find("CHOIR_TOPO_FILE"), std::string::npos) << results[0].create.ToString();
+  EXPECT_NE(results[0].create.message().find(":2:"), std::string::npos) << results[0].create.ToString();
+  std::remove(path.c_str());
 }
 
 TEST(CommFailureTest, LocalValidationCodes) {

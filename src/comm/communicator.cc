@@ -140,6 +140,7 @@ int Communicator::rank() const { return impl_->rank(); }
 int Communicator::size() const { return impl_->size(); }
 Status Communicator::status() const { return impl_->sticky(); }
 const std::string& Communicator::name() const { return impl_->config().name; }
+const Topology& Communicator::topology() const { return impl_->topology(); }
 
 namespace {
 OpArgs Make(CollKind kind, const void* send, void* recv, size_t count, DataType dtype) {

@@ -37,7 +37,9 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Split(int color, int key, const Comm
   if (child.transport.empty()) child.transport = transport::TransportChoiceName(config_.transport);
   if (child.job_id.empty()) child.job_id = config_.job_id;
   if (child.host_id.empty()) child.host_id = config_.host_id;
-  return Create(store_, new_rank, static_cast<int>(members.size()), child);
+  InheritedPlace inherited{topology_.ranks[static_cast<size_t>(rank_)], intra_host_cost_, inter_host_cost_,
+                           topology_.source, topo_fingerprint_};
+  return Create(store_, new_rank, static_cast<int>(members.size()), child, &inherited);
 }
 
 }  // namespace choir::comm

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -205,3 +206,25 @@ TEST(EnvironmentTest, NoStoreAtAllIsUnreachable) {
 }
 
 }  // namespace
+
+// Every rank must read the same topology file: a node with another version of
+// the rank table is refused at creation, naming both files, instead of
+// running with two views of which ranks share a host.
+TEST(EnvironmentTest, DifferentTopologyFilesAreAClusterMismatch) {
+  const std::string dir = ::testing::TempDir();
+  for (int r = 0; r < 2; ++r) {
+    std::FILE* f = std::fopen((dir + "choir_topo_rank" + std::to_string(r) + ".json").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "{\"version\": 1, \"hosts\": [{\"name\": \"h\", \"ranks\": [0, 1]}], "
+                    "\"links\": {\"intra_host\": {\"bandwidth_gbps\": %d}}}\n", 5 + r);
+    std::fclose(f);
+  }
+  const std::string script = "CHOIR_TOPO_FILE=" + dir + "choir_topo_rank$RANK.json exec \"$0\" create";
+  const Outcome o = RunCommand(Launch(2, {"/bin/sh", "-c", script, FAULT_RANK_BIN}), {{"CHOIR_TIMEOUT", "20"}}, 60);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_TRUE(Contains(o.out, "RESULT E604")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "choir_topo_rank0.json")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "choir_topo_rank1.json")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "give every rank the same CHOIR_TOPO_FILE")) << o.out;
+  EXPECT_NE(o.exit_code, 0);
+}

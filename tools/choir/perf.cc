@@ -89,7 +89,8 @@ json MachineDescription(const Communicator& comm) {
               {"memory", ReadFirstLine("/proc/meminfo", "MemTotal")},
               {"kernel_isa", KernelIsa()},
               {"choir", BuildString()},
-              {"ranks", comm.size()}};
+              {"ranks", comm.size()},
+              {"topology", json::parse(TopologyToJson(comm.topology()), nullptr, /*allow_exceptions=*/false)}};
 }
 
 json SettingsInEffect() {
