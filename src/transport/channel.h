@@ -58,6 +58,8 @@ class Channel {
   // (its communicator is being destroyed), so that a peer still finishing the
   // last collective does not mistake the closed connection for a crash.
   virtual void SendBye() {}
+  // Whether the peer's bye was seen on a side path (shm: its segment says so).
+  virtual bool Departed() const { return false; }
   // A failure the peer announced on a side path (shm abort record), or OK.
   virtual Status RemoteAbort() { return Status::Ok(); }
 };

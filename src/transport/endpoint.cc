@@ -293,7 +293,9 @@ Status Endpoint::WaitLocal(const std::function<bool()>& ready, const RunHooks& h
       if (local_) {
         for (int r : local_->ranks) {
           Channel* ch = r == rank_ ? nullptr : channels_[static_cast<size_t>(r)].get();
-          if (ch) CHOIR_RETURN_IF_ERROR(ch->CheckAlive());
+          // A peer that left cleanly is no failure here; if it still owed
+          // data, the wait ends at the deadline naming it.
+          if (ch && !ch->Departed()) CHOIR_RETURN_IF_ERROR(ch->CheckAlive());
         }
       }
     }

@@ -8,6 +8,8 @@
 //   fault_rank mismatch    rank 1 uses a different count
 //   fault_rank silent R    rank R never calls the collective (others time out)
 //   fault_rank create      just create the communicator (bad environments)
+//   fault_rank leave-early a reduce to rank 1 that rank 0 leaves (and exits) at once
+//                          while rank 2 arrives 500 ms late: no failure, exact result
 #include <signal.h>
 #include <unistd.h>
 
@@ -52,6 +54,18 @@ int main(int argc, char** argv) {
   if (mode == "create") {
     Report(rank, choir::Status::Ok());
     return 0;
+  }
+  if (mode == "leave-early") {
+    // Rank 0 contributes and exits while the root still waits for rank 2:
+    // its exit is a clean departure (bye), not a lost peer.
+    if (rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::vector<float> out(v.size(), 0.0f);
+    choir::Status s = c.Reduce(v.data(), out.data(), v.size(), choir::DataType::kFloat32, choir::ReduceOp::kSum, 1).Wait();
+    if (s.ok() && rank == 1 && (out.front() != 3.0f || out.back() != 3.0f)) {
+      s = choir::InternalError("reduce gave " + std::to_string(out.front()) + ", want 3");
+    }
+    Report(rank, s);
+    return s.ok() ? 0 : 4;
   }
   if (mode == "silent" && rank == target) {
     std::this_thread::sleep_for(std::chrono::seconds(60));

@@ -125,6 +125,14 @@ TEST_P(FaultTest, KilledRankGivesPeerLostOnEverySurvivor) {
   EXPECT_LT(o.seconds, 30);                                // well within the deadline
 }
 
+TEST_P(FaultTest, RankThatLeavesAfterItsPartIsNoFailure) {
+  const Outcome o = RunCommand(Launch(3, {FAULT_RANK_BIN, "leave-early"}),
+                        {{"CHOIR_TIMEOUT", "30"}, {"CHOIR_TRANSPORT", GetParam()}}, 60);
+  EXPECT_FALSE(o.timed_out);
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(Contains(o.out, "RESULT OK rank=" + std::to_string(r))) << o.out;
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+}
+
 TEST_P(FaultTest, ExitedRankGivesPeerLost) {
   const Outcome o = RunCommand(Launch(3, {FAULT_RANK_BIN, "exit", "2"}),
                         {{"CHOIR_TIMEOUT", "30"}, {"CHOIR_TRANSPORT", GetParam()}}, 60);

@@ -88,6 +88,7 @@ Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int ra
   h->doorbell.store(0);
   h->sleeping.store(0);
   h->abort_code.store(0);
+  h->departed.store(0);
   auto seg = std::unique_ptr<Segment>(new Segment(name, base, bytes, /*owner=*/true));
   const AreaView area = seg->area();
   auto* actl = new (area.ctl()) AreaCtl();

@@ -29,7 +29,7 @@
 namespace choir::transport {
 
 inline constexpr uint64_t kSegmentMagic = 0x43484f4952534547ull;  // "CHOIRSEG"
-inline constexpr uint32_t kSegmentLayoutVersion = 1;
+inline constexpr uint32_t kSegmentLayoutVersion = 2;
 
 struct alignas(64) SegmentHeader {
   uint64_t magic;
@@ -45,6 +45,9 @@ struct alignas(64) SegmentHeader {
   alignas(64) std::atomic<uint32_t> sleeping;  // owner is (about to be) blocked on doorbell
   alignas(64) std::atomic<int32_t> abort_code;  // nonzero once the owner failed
   char abort_text[2048];
+  // Nonzero once the owner destroyed its communicator cleanly (its "bye"):
+  // its exit is then no failure unless a peer still needs data from it.
+  alignas(64) std::atomic<int32_t> departed;
 };
 static_assert(sizeof(SegmentHeader) <= 4096);
 

@@ -148,6 +148,11 @@ Status ShmChannel::CheckAlive() {
   }
   if (!dead) return Status::Ok();
   CHOIR_RETURN_IF_ERROR(RemoteAbort());
+  if (Departed()) {
+    return Status(Code::kPeerLost, Describe() + " left the communicator (destroyed it, and its process ended "
+                                                "normally) while this rank still expected data from it: the "
+                                                "ranks did not run the same sequence of operations");
+  }
   return Status(Code::kPeerLost, Describe() + " exited while this rank was waiting for it; "
                                               "it was probably killed or crashed (see its output)");
 }
@@ -163,6 +168,12 @@ void ShmChannel::SendAbort(int code, const std::string& text) {
                         std::memory_order_release);
   }
   ForceWakeSegment(peer_seg_->header());
+}
+
+void ShmChannel::SendBye() { own_->header()->departed.store(1, std::memory_order_release); }
+
+bool ShmChannel::Departed() const {
+  return peer_seg_->header()->departed.load(std::memory_order_acquire) != 0;
 }
 
 Status ShmChannel::RemoteAbort() {

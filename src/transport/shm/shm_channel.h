@@ -41,6 +41,8 @@ class ShmChannel final : public Channel {
   Status CheckAlive() override;
   void SendAbort(int code, const std::string& text) override;
   Status RemoteAbort() override;
+  void SendBye() override;
+  bool Departed() const override;
 
  private:
   const int peer_;
