@@ -90,8 +90,8 @@ class Context {
   bool covers_whole_comm() const { return ranks_.empty(); }
   // Communicator ranks of this group in group order.
   std::vector<int> GroupRanks() const;
-  Status WaitLocal(const std::function<bool()>& ready, const std::function<std::string()>& what) {
-    return endpoint_->WaitLocal(ready, *hooks_, what);
+  Status WaitLocal(const std::function<bool(int)>& owes, const std::function<std::string()>& what) {
+    return endpoint_->WaitLocal(owes, *hooks_, what);
   }
   // Marks the moment the first peer data of this collective became readable
   // (the late-arrival metric); later calls keep the first mark.

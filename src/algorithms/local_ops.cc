@@ -24,32 +24,21 @@ AreaOp::AreaOp(Context& c) : ctx_(&c), group_(c.local_group()) {
   parity_ = static_cast<int>(id_ & 1);
 }
 
-Status AreaOp::Wait(const std::function<bool()>& ready, const std::function<std::string()>& what) {
-  return ctx_->WaitLocal(ready, what);
+Status AreaOp::Wait(const std::function<bool(int)>& owes, const char* to_do) {
+  return ctx_->WaitLocal(owes, [&] {
+    std::string who;
+    for (int p = 0; p < size(); ++p) {
+      if (p != me() && owes(p)) who += (who.empty() ? "rank " : ", rank ") + std::to_string(group_->ranks[static_cast<size_t>(p)]);
+    }
+    return who + " " + to_do;
+  });
 }
 
 Status AreaOp::Acquire() {
   if (id_ <= 2) return Status::Ok();
   const uint64_t need = id_ - 2;  // the previous operation that used this slot
-  return Wait(
-      [&] {
-        for (int p = 0; p < size(); ++p) {
-          if (p == me()) continue;
-          if (group_->areas[static_cast<size_t>(p)].ctl()->read_done[parity_].load(std::memory_order_acquire) < need) {
-            return false;
-          }
-        }
-        return true;
-      },
-      [&] {
-        std::string who;
-        for (int p = 0; p < size(); ++p) {
-          if (p != me() && group_->areas[static_cast<size_t>(p)].ctl()->read_done[parity_].load() < need) {
-            who += (who.empty() ? "rank " : ", rank ") + std::to_string(group_->ranks[static_cast<size_t>(p)]);
-          }
-        }
-        return who + " to finish reading this rank's shared slot";
-      });
+  return Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].ctl()->read_done[parity_].load(std::memory_order_acquire) < need; },
+              "to finish reading this rank's shared slot");
 }
 
 void AreaOp::Publish(uint64_t bytes) {
@@ -71,31 +60,14 @@ Status AreaOp::CheckSignature(int p) const {
 
 Status AreaOp::WaitFor(int p) {
   const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(parity_);
-  CHOIR_RETURN_IF_ERROR(Wait([&] { return h->id.load(std::memory_order_acquire) == id_; },
-                             [&] { return "rank " + std::to_string(group_->ranks[static_cast<size_t>(p)]) +
-                                          " to arrive (same-host slot)"; }));
+  CHOIR_RETURN_IF_ERROR(Wait([&](int q) { return q == p && h->id.load(std::memory_order_acquire) != id_; },
+                             "to arrive (same-host slot)"));
   return CheckSignature(p);
 }
 
 Status AreaOp::WaitAll() {
-  CHOIR_RETURN_IF_ERROR(Wait(
-      [&] {
-        for (int p = 0; p < size(); ++p) {
-          if (p != me() && group_->areas[static_cast<size_t>(p)].slot(parity_)->id.load(std::memory_order_acquire) != id_) {
-            return false;
-          }
-        }
-        return true;
-      },
-      [&] {
-        std::string who;
-        for (int p = 0; p < size(); ++p) {
-          if (p != me() && group_->areas[static_cast<size_t>(p)].slot(parity_)->id.load() != id_) {
-            who += (who.empty() ? "rank " : ", rank ") + std::to_string(group_->ranks[static_cast<size_t>(p)]);
-          }
-        }
-        return who + " to arrive (same-host slots)";
-      }));
+  CHOIR_RETURN_IF_ERROR(Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].slot(parity_)->id.load(std::memory_order_acquire) != id_; },
+                             "to arrive (same-host slots)"));
   ctx_->NoteDataArrived();
   for (int p = 0; p < size(); ++p) {
     if (p != me()) CHOIR_RETURN_IF_ERROR(CheckSignature(p));
@@ -121,24 +93,15 @@ void AreaOp::SetProgress(uint64_t chunks_done) {
 Status AreaOp::WaitProgress(int p, uint64_t chunks) {
   const uint64_t want = (id_ << transport::kProgressShift) | chunks;
   const auto* ctl = group_->areas[static_cast<size_t>(p)].ctl();
-  return Wait([&] { return ctl->progress.load(std::memory_order_acquire) >= want; },
-              [&] { return "rank " + std::to_string(group_->ranks[static_cast<size_t>(p)]) +
-                           " to finish its share (same-host single copy)"; });
+  return Wait([&](int q) { return q == p && ctl->progress.load(std::memory_order_acquire) < want; },
+              "to finish its share (same-host single copy)");
 }
 
 Status AreaOp::Finish() {
   group_->mine().ctl()->finished.store(id_, std::memory_order_release);
   group_->NotifyPeers();
-  return Wait(
-      [&] {
-        for (int p = 0; p < size(); ++p) {
-          if (p != me() && group_->areas[static_cast<size_t>(p)].ctl()->finished.load(std::memory_order_acquire) < id_) {
-            return false;
-          }
-        }
-        return true;
-      },
-      [&] { return std::string("local ranks to finish reading this rank's buffers"); });
+  return Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].ctl()->finished.load(std::memory_order_acquire) < id_; },
+              "to finish reading this rank's buffers");
 }
 
 Status ReadRemote(int pid, int peer_rank, void* local, uint64_t remote, size_t bytes) {

@@ -62,7 +62,9 @@ class AreaOp {
   Context& ctx() const { return *ctx_; }
 
  private:
-  Status Wait(const std::function<bool()>& ready, const std::function<std::string()>& what);
+  // Waits until no local peer owes(p) anything; `to_do` ends the timeout
+  // message ("rank 3, rank 5 <to_do>").
+  Status Wait(const std::function<bool(int local_index)>& owes, const char* to_do);
   Status CheckSignature(int local_index) const;
 
   Context* ctx_;

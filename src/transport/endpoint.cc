@@ -270,8 +270,16 @@ Status Endpoint::Timeout(std::span<Xfer> xfers, double waited) const {
   return Status(Code::kCollectiveTimeout, msg);
 }
 
-Status Endpoint::WaitLocal(const std::function<bool()>& ready, const RunHooks& hooks,
+Status Endpoint::WaitLocal(const std::function<bool(int)>& owes, const RunHooks& hooks,
                            const std::function<std::string()>& waiting_for) {
+  const int n = local_ ? static_cast<int>(local_->ranks.size()) : 0;
+  const int me = local_ ? local_->index : -1;
+  auto ready = [&] {
+    for (int i = 0; i < n; ++i) {
+      if (i != me && owes(i)) return false;
+    }
+    return true;
+  };
   if (ready()) return Status::Ok();
   const int64_t start = NowNanos();
   int64_t last_check = start;
@@ -290,12 +298,17 @@ Status Endpoint::WaitLocal(const std::function<bool()>& ready, const RunHooks& h
     if (now - last_check > kMaxSleepNs) {
       last_check = now;
       CHOIR_RETURN_IF_ERROR(CheckPeers({}));
-      if (local_) {
-        for (int r : local_->ranks) {
-          Channel* ch = r == rank_ ? nullptr : channels_[static_cast<size_t>(r)].get();
-          // A peer that left cleanly is no failure here; if it still owed
-          // data, the wait ends at the deadline naming it.
-          if (ch && !ch->Departed()) CHOIR_RETURN_IF_ERROR(ch->CheckAlive());
+      for (int i = 0; i < n; ++i) {
+        const int r = local_->ranks[static_cast<size_t>(i)];
+        Channel* ch = r == rank_ ? nullptr : channels_[static_cast<size_t>(r)].get();
+        if (ch == nullptr) continue;
+        // A peer that left cleanly is no failure unless this wait needs it.
+        if (!ch->Departed()) {
+          CHOIR_RETURN_IF_ERROR(ch->CheckAlive());
+        } else if (owes(i)) {
+          return Status(Code::kPeerLost, ch->Describe() + " left the communicator (destroyed it) while this rank still "
+                                                          "expected data from it: the ranks did not run the same "
+                                                          "sequence of operations");
         }
       }
     }

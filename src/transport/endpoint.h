@@ -109,10 +109,12 @@ class Endpoint {
   // Same-host group for the shared-area algorithms, or null.
   LocalGroup* local() { return local_.get(); }
   void set_local(std::unique_ptr<LocalGroup> local) { local_ = std::move(local); }
-  // Blocks until ready() holds, with the same spin/yield/sleep policy, deadline,
-  // abort and dead-peer checks as Run(). `waiting_for` describes, for a timeout
+  // Blocks until no local peer owes(i) anything (i: index in the local
+  // group), with the same spin/yield/sleep policy, deadline, abort and
+  // dead-peer checks as Run(); a peer that left the communicator while it
+  // still owes is an error at once. `waiting_for` describes, for a timeout
   // message, what is still missing.
-  Status WaitLocal(const std::function<bool()>& ready, const RunHooks& hooks,
+  Status WaitLocal(const std::function<bool(int)>& owes, const RunHooks& hooks,
                    const std::function<std::string()>& waiting_for);
   // Replaces a PeerLost by the abort report of the rank that failed first, if one arrived.
   Status Explain(const Status& status);
