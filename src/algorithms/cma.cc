@@ -9,8 +9,10 @@
 // followed by an allgather (every rank copies the finished slices out of their
 // owners' outputs as soon as they are announced). Reads go through a small
 // cache-resident buffer and large results are written with streaming stores,
-// so each output byte costs one DRAM write. A rank returns only when every
-// peer has stopped reading its buffers.
+// so each output byte costs one DRAM write. A broadcast root does not idle:
+// it writes a share of the buffer into each receiver (process_vm_writev)
+// while they read the rest. A rank returns only when every peer has stopped
+// reading (or writing) its buffers.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -75,12 +77,28 @@ Status BroadcastCma(Context& c, const OpArgs& a) {
   const bool root = c.rank() == a.root;
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, root ? a.send : nullptr, a.recv, &bufs));
   const size_t bytes = a.count * c.elem_size();
+  // An in-place root's core would idle while every receiver copies: it
+  // writes the tail of the buffer into each receiver itself
+  // (process_vm_writev), a share sized so that both sides finish together:
+  // (n-1)*share = bytes-share. A root that copies send to recv is busy enough.
+  const PeerBuffers& from = bufs[static_cast<size_t>(a.root)];
+  const bool root_idle = from.send == from.recv;
+  const size_t share =
+      root_idle && bytes >= kRootShareMinBytes ? bytes / static_cast<size_t>(op.size()) / 64 * 64 : 0;
+  const size_t head = bytes - share;
   if (root) {
     CopyIfDistinct(a.recv, a.send, bytes);
+    for (int s = 1; s < op.size() && share > 0; ++s) {
+      const int p = (op.me() + s) % op.size();
+      CHOIR_RETURN_IF_ERROR(WriteRemote(op.pid(p), c.CommRank(p), bufs[static_cast<size_t>(p)].recv + head,
+                                        static_cast<const uint8_t*>(a.send) + head, share));
+    }
   } else {
     CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, a.root, static_cast<uint8_t*>(a.recv),
-                                       bufs[static_cast<size_t>(a.root)].send, bytes));
+                                       bufs[static_cast<size_t>(a.root)].send, head));
+    c.CountSharedRead(a.root, share);  // what the root wrote here
   }
+  // Finish() also tells the receivers that the root's writes are complete.
   return op.Finish();
 }
 

@@ -104,33 +104,45 @@ Status AreaOp::Finish() {
               "to finish reading this rank's buffers");
 }
 
-Status ReadRemote(int pid, int peer_rank, void* local, uint64_t remote, size_t bytes) {
-  auto* dst = static_cast<uint8_t*>(local);
+namespace {
+// process_vm_readv / process_vm_writev over the whole range (they may move
+// less than asked), with a peer that vanished mapped to PeerLost.
+Status MoveRemote(bool write, int pid, int peer_rank, uint8_t* local, uint64_t remote, size_t bytes) {
   while (bytes > 0) {
-    iovec l{dst, bytes};
+    iovec l{local, bytes};
     iovec r{reinterpret_cast<void*>(remote), bytes};
-    const ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
-    if (got <= 0) {
-      const int err = got < 0 ? errno : EIO;
+    const ssize_t moved = write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (moved <= 0) {
+      const int err = moved < 0 ? errno : EIO;
       if (err == EINTR) continue;
       if (err == ESRCH) {
         return Status(Code::kPeerLost, fmt::format("rank {} (pid {}) exited during a same-host transfer", peer_rank, pid));
       }
       if (err == EFAULT) {
-        // The peer's buffer is gone: it left this collective before we finished reading.
+        // The peer's buffer is gone: it left this collective before we finished.
         return Status(Code::kPeerLost,
                       fmt::format("rank {} (pid {}) left the collective during a same-host transfer (its buffer "
                                   "is no longer mapped); it usually failed or was aborted first",
                                   peer_rank, pid));
       }
       return ErrnoError(Code::kSystemError, err,
-                        fmt::format("process_vm_readv of {} bytes from rank {} (pid {})", bytes, peer_rank, pid));
+                        fmt::format("{} of {} bytes {} rank {} (pid {})", write ? "process_vm_writev" : "process_vm_readv",
+                                    bytes, write ? "to" : "from", peer_rank, pid));
     }
-    dst += got;
-    remote += static_cast<uint64_t>(got);
-    bytes -= static_cast<size_t>(got);
+    local += moved;
+    remote += static_cast<uint64_t>(moved);
+    bytes -= static_cast<size_t>(moved);
   }
   return Status::Ok();
+}
+}  // namespace
+
+Status ReadRemote(int pid, int peer_rank, void* local, uint64_t remote, size_t bytes) {
+  return MoveRemote(false, pid, peer_rank, static_cast<uint8_t*>(local), remote, bytes);
+}
+
+Status WriteRemote(int pid, int peer_rank, uint64_t remote, const void* local, size_t bytes) {
+  return MoveRemote(true, pid, peer_rank, const_cast<uint8_t*>(static_cast<const uint8_t*>(local)), remote, bytes);
 }
 
 Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<PeerBuffers>* all,

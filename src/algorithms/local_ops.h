@@ -76,6 +76,8 @@ class AreaOp {
 // Reads `bytes` at `remote` in process `pid` into `local` (process_vm_readv,
 // looping over partial reads). PeerLost when the process is gone.
 Status ReadRemote(int pid, int peer_rank, void* local, uint64_t remote, size_t bytes);
+// The other direction (process_vm_writev): `local` into `remote` in `pid`.
+Status WriteRemote(int pid, int peer_rank, uint64_t remote, const void* local, size_t bytes);
 
 // Addresses of a rank's user buffers, as published in its slot.
 struct PeerBuffers {
@@ -99,6 +101,7 @@ Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const u
 
 inline constexpr size_t kCmaChunkBytes = 512 * 1024;   // per peer: fits the L2 cache
 inline constexpr size_t kStreamingBytes = 4u << 20;     // larger outputs bypass the caches
+inline constexpr size_t kRootShareMinBytes = 256 * 1024;  // a broadcast root writes a share from here on
 
 }  // namespace choir::algorithms
 

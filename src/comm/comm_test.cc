@@ -243,6 +243,30 @@ TEST(CommTopologyTest, BadTopologyFileFailsCreationWithItsLine) {
   std::remove(path.c_str());
 }
 
+// Single-copy (cma) collectives on buffers large enough for the chunked and
+// streaming paths and the broadcast root's share, with odd sizes, every root.
+TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
+  for (int n : {2, 3}) {
+    auto results = RunRanks(n, [](Communicator& comm) -> Status {
+      SweepOptions so;
+      so.ops = {"broadcast", "allreduce", "allgather", "reduce_scatter", "reduce"};
+      so.dtypes = {DataType::kFloat32};
+      so.counts = {300001, 1310733};
+      so.in_place = true;
+      so.all_reduce_ops = false;
+      so.algorithm = "cma";
+      auto cases = RunSweep(comm, so);
+      if (!cases.ok()) return cases.status();
+      if (cases->empty()) return Status(Code::kInternal, "no case ran");
+      for (const SweepCase& c : *cases) {
+        if (!c.ok) return Status(Code::kInternal, c.op + " count " + std::to_string(c.count) + ": " + c.error);
+      }
+      return Status::Ok();
+    }, Opts("shm", 60s));
+    ExpectAllOk(results);
+  }
+}
+
 TEST(CommFailureTest, LocalValidationCodes) {
   auto results = RunRanks(1, [](Communicator& comm) -> Status {
     std::vector<int32_t> v(4);

@@ -275,7 +275,9 @@ class PerfCommand : public Subcommand {
     if (op == "allreduce") return c.Allreduce(send_.data(), recv_.data(), count, t, rop, call);
     if (op == "reduce_scatter") return c.ReduceScatter(send_.data(), recv_.data(), count, t, rop, call);
     if (op == "allgather") return c.Allgather(send_.data(), recv_.data(), count, t, call);
-    if (op == "broadcast") return c.Broadcast(send_.data(), recv_.data(), count, t, root_, call);
+    // In place, as MPI_Bcast and torch.distributed.broadcast are (the root
+    // sends from the buffer it receives into): no extra copy on the root.
+    if (op == "broadcast") return c.Broadcast(recv_.data(), recv_.data(), count, t, root_, call);
     if (op == "reduce") return c.Reduce(send_.data(), recv_.data(), count, t, rop, root_, call);
     return c.Alltoall(send_.data(), recv_.data(), count, t, call);
   }
