@@ -251,7 +251,7 @@ TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
       SweepOptions so;
       so.ops = {"broadcast", "allreduce", "allgather", "reduce_scatter", "reduce"};
       so.dtypes = {DataType::kFloat32};
-      so.counts = {300001, 1310733};
+      so.counts = {300001, 1310733, 2200001};  // blocks below and above kStreamingBytes
       so.in_place = true;
       so.all_reduce_ops = false;
       so.algorithm = "cma";
