@@ -8,9 +8,7 @@
 namespace choir::algorithms {
 
 Status AllgatherRing(Context& c, const OpArgs& a) {
-  std::vector<size_t> counts = a.recv_counts;
-  if (a.kind == CollKind::kAllgather) counts.assign(static_cast<size_t>(c.size()), a.count);
-  const Blocks blocks = patterns::BlocksFromCounts(counts);
+  const Blocks blocks = patterns::BlocksFromCounts(a.RecvCounts(c.size()));
   auto* out = static_cast<uint8_t*>(a.recv);
   const auto& mine = blocks[static_cast<size_t>(c.rank())];
   CopyIfDistinct(out + mine.offset * c.elem_size(), a.send, mine.count * c.elem_size());

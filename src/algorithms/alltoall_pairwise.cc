@@ -13,13 +13,8 @@ namespace choir::algorithms {
 Status AlltoallPairwise(Context& c, const OpArgs& a) {
   const int n = c.size();
   const size_t es = c.elem_size();
-  std::vector<size_t> send_counts = a.send_counts, recv_counts = a.recv_counts;
-  if (a.kind == CollKind::kAlltoall) {
-    send_counts.assign(static_cast<size_t>(n), a.count);
-    recv_counts.assign(static_cast<size_t>(n), a.count);
-  }
-  const auto sblocks = patterns::BlocksFromCounts(send_counts);
-  const auto rblocks = patterns::BlocksFromCounts(recv_counts);
+  const auto sblocks = patterns::BlocksFromCounts(a.SendCounts(n));
+  const auto rblocks = patterns::BlocksFromCounts(a.RecvCounts(n));
   const auto* in = static_cast<const uint8_t*>(a.send);
   auto* out = static_cast<uint8_t*>(a.recv);
   if (in == out && n > 1) {

@@ -77,12 +77,11 @@ Status CmaAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
   std::vector<PeerBuffers> bufs;
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, buf, buf, &bufs));
   const size_t es = c.elem_size();
-  // A block that fits the caches is pushed by its owner, who has just
-  // written it (process_vm_writev from its own hot cache lines, measured
-  // twice as fast at 256 KiB-1 MiB as the reader pulling it out of another
-  // core's cache); a larger one is pulled by each reader, whose copy can
-  // then use streaming stores. Every rank derives the same choice from the
-  // block sizes.
+  // A block under kStreamingBytes is pushed by its owner, who has just
+  // written it (process_vm_writev; about twice as fast at 256 KiB-1 MiB as
+  // the reader pulling it, see docs/performance.md); a larger one is pulled
+  // by each reader, whose copy can then use streaming stores. Every rank
+  // derives the same choice from the block sizes.
   auto pushed = [&](int p) { return blocks[static_cast<size_t>(p)].count * es < kStreamingBytes; };
   const auto& mine = blocks[static_cast<size_t>(op.me())];
   for (int s = 1; s < op.size(); ++s) {

@@ -62,9 +62,7 @@ Status ReduceScatterCma(Context& c, const OpArgs& a) {
 }
 
 Status AllgatherCma(Context& c, const OpArgs& a) {
-  std::vector<size_t> counts = a.recv_counts;
-  if (a.kind == CollKind::kAllgather) counts.assign(static_cast<size_t>(c.size()), a.count);
-  const Blocks blocks = patterns::BlocksFromCounts(counts);
+  const Blocks blocks = patterns::BlocksFromCounts(a.RecvCounts(c.size()));
   const auto& mine = blocks[static_cast<size_t>(c.rank())];
   auto* out = static_cast<uint8_t*>(a.recv);
   CopyIfDistinct(out + mine.offset * c.elem_size(), a.send, mine.count * c.elem_size());
@@ -149,13 +147,8 @@ Status ScatterCma(Context& c, const OpArgs& a) {
 Status AlltoallCma(Context& c, const OpArgs& a) {
   const int n = c.size();
   const size_t es = c.elem_size();
-  std::vector<size_t> sc = a.send_counts, rc = a.recv_counts;
-  if (a.kind == CollKind::kAlltoall) {
-    sc.assign(static_cast<size_t>(n), a.count);
-    rc.assign(static_cast<size_t>(n), a.count);
-  }
-  const Blocks sblocks = patterns::BlocksFromCounts(sc);
-  const Blocks rblocks = patterns::BlocksFromCounts(rc);
+  const Blocks sblocks = patterns::BlocksFromCounts(a.SendCounts(n));
+  const Blocks rblocks = patterns::BlocksFromCounts(a.RecvCounts(n));
   std::vector<uint64_t> offsets(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p) offsets[static_cast<size_t>(p)] = sblocks[static_cast<size_t>(p)].offset * es;
   // In place, a peer may still need a block this rank is about to overwrite:

@@ -41,6 +41,18 @@ bool ParseCollKind(const std::string& name, CollKind* kind) {
   return false;
 }
 
+std::vector<size_t> OpArgs::SendCounts(int world) const {
+  if (kind == CollKind::kAlltoall) return std::vector<size_t>(static_cast<size_t>(world), count);
+  return send_counts;
+}
+
+std::vector<size_t> OpArgs::RecvCounts(int world) const {
+  if (kind == CollKind::kAlltoall || kind == CollKind::kAllgather) {
+    return std::vector<size_t>(static_cast<size_t>(world), count);
+  }
+  return recv_counts;
+}
+
 size_t OpArgs::SelectionBytes(int world) const {
   const size_t es = elem_size();
   const size_t n = static_cast<size_t>(world);

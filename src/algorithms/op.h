@@ -56,6 +56,11 @@ struct OpArgs {
     return kind == CollKind::kAllreduce || kind == CollKind::kReduceScatter ||
            kind == CollKind::kReduce;
   }
+  // Elements this rank sends to / receives from each of `world` ranks for the
+  // block collectives: the equal `count` of allgather/alltoall repeated, or
+  // the v-variants' own counts.
+  std::vector<size_t> SendCounts(int world) const;
+  std::vector<size_t> RecvCounts(int world) const;
   // Bytes that characterize the size of the operation for algorithm selection
   // and for `choir perf` (nccl-tests convention: the largest buffer).
   size_t SelectionBytes(int world) const;

@@ -55,27 +55,17 @@ size_t FlatSlotBytes(const OpArgs& a, int n) {
   }
 }
 
-Status AllreduceFlat(Context& c, const OpArgs& a) {
-  AreaOp op(c);
-  const size_t bytes = a.count * c.elem_size();
-  CHOIR_RETURN_IF_ERROR(op.Acquire());
-  Copy(op.my_data(), a.send, bytes);
-  op.Publish(bytes);
-  CHOIR_RETURN_IF_ERROR(op.WaitAll());
-  const auto srcs = AllSlots(op, 0);
-  if (a.count > 0) kernels::ReduceMany(a.recv, srcs.data(), op.size(), a.count, c.dtype(), c.op());
-  FinishAverage(c, a.recv, a.count);
-  op.FinishReads();
-  return Status::Ok();
-}
+namespace {
 
-Status ReduceFlat(Context& c, const OpArgs& a) {
+// Every rank publishes its input; the ranks that want the result (all of
+// them for allreduce, the root for reduce) combine every slot.
+Status ReduceSlots(Context& c, const OpArgs& a, bool want_result) {
   AreaOp op(c);
   const size_t bytes = a.count * c.elem_size();
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   Copy(op.my_data(), a.send, bytes);
   op.Publish(bytes);
-  if (c.rank() == a.root) {
+  if (want_result) {
     CHOIR_RETURN_IF_ERROR(op.WaitAll());
     const auto srcs = AllSlots(op, 0);
     if (a.count > 0) kernels::ReduceMany(a.recv, srcs.data(), op.size(), a.count, c.dtype(), c.op());
@@ -84,6 +74,12 @@ Status ReduceFlat(Context& c, const OpArgs& a) {
   op.FinishReads();
   return Status::Ok();
 }
+
+}  // namespace
+
+Status AllreduceFlat(Context& c, const OpArgs& a) { return ReduceSlots(c, a, true); }
+
+Status ReduceFlat(Context& c, const OpArgs& a) { return ReduceSlots(c, a, c.rank() == a.root); }
 
 Status ReduceScatterFlat(Context& c, const OpArgs& a) {
   AreaOp op(c);
@@ -120,8 +116,7 @@ Status AllgatherFlat(Context& c, const OpArgs& a) {
   AreaOp op(c);
   const size_t es = c.elem_size();
   const int n = op.size();
-  std::vector<size_t> counts = a.recv_counts;
-  if (a.kind == CollKind::kAllgather) counts.assign(static_cast<size_t>(n), a.count);
+  const std::vector<size_t> counts = a.RecvCounts(n);
   const auto blocks = patterns::BlocksFromCounts(counts);
   const size_t mine = counts[static_cast<size_t>(c.rank())] * es;
   CHOIR_RETURN_IF_ERROR(op.Acquire());
@@ -174,13 +169,8 @@ Status AlltoallFlat(Context& c, const OpArgs& a) {
   const size_t es = c.elem_size();
   const int n = op.size();
   const size_t table = static_cast<size_t>(n) * sizeof(uint64_t);
-  std::vector<size_t> sc = a.send_counts, rc = a.recv_counts;
-  if (a.kind == CollKind::kAlltoall) {
-    sc.assign(static_cast<size_t>(n), a.count);
-    rc.assign(static_cast<size_t>(n), a.count);
-  }
   // Slot: a table of byte offsets of each destination's block, then the data.
-  const auto sblocks = patterns::BlocksFromCounts(sc);
+  const auto sblocks = patterns::BlocksFromCounts(a.SendCounts(n));
   const size_t total = (sblocks.back().offset + sblocks.back().count) * es;
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   auto* offsets = reinterpret_cast<uint64_t*>(op.my_data());
@@ -188,7 +178,7 @@ Status AlltoallFlat(Context& c, const OpArgs& a) {
   Copy(op.my_data() + table, a.send, total);
   op.Publish(table + total);
   CHOIR_RETURN_IF_ERROR(op.WaitAll());
-  const auto rblocks = patterns::BlocksFromCounts(rc);
+  const auto rblocks = patterns::BlocksFromCounts(a.RecvCounts(n));
   auto* out = static_cast<uint8_t*>(a.recv);
   for (int p = 0; p < n; ++p) {
     uint64_t off = 0;

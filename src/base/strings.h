@@ -31,6 +31,12 @@ std::optional<double> ParseSeconds(std::string_view s);
 // "64 MiB", "8 B", "1.5 KiB".
 std::string FormatBytes(uint64_t bytes);
 
+// Levenshtein distance (insertions, deletions, substitutions): how far a
+// misspelt name is from a known one, for "did you mean" hints.
+size_t EditDistance(std::string_view a, std::string_view b);
+// FNV-1a, 64 bits; stable across builds and machines (wire and file names).
+uint64_t HashString(std::string_view s);
+
 }  // namespace choir::strings
 
 #endif  // CHOIR_BASE_STRINGS_H_

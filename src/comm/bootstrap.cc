@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <iterator>
 #include <mutex>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -20,6 +19,7 @@
 #include "diag/metrics_endpoint.h"
 #include "params/params.h"
 #include "topology/build.h"
+#include "topology/topology_file.h"
 #include "transport/tcp/interfaces.h"
 
 namespace choir::comm {
@@ -31,21 +31,24 @@ std::chrono::milliseconds Remaining(Deadline d) {
   return std::chrono::milliseconds(std::max<int64_t>(1, d.RemainingNanos() / 1000000));
 }
 
-std::string DetectHostId() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
+// This kernel's boot id (changes at every boot; equal for all its processes).
+std::string BootId() {
   std::string boot;
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::getline(in, boot);
-  return std::string(host) + "/" + boot.substr(0, 8);
+  return boot;
+}
+
+std::string DetectHostId() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return std::string(host) + "/" + BootId().substr(0, 8);
 }
 
 // Identifies this kernel and network namespace: ranks that share both can
 // reach each other's loopback addresses.
 std::string NetworkNamespace() {
-  std::string boot;
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::getline(in, boot);
+  const std::string boot = BootId();
   char link[128] = {0};
   const ssize_t n = readlink("/proc/self/ns/net", link, sizeof(link) - 1);
   return boot + "/" + (n > 0 ? std::string(link, static_cast<size_t>(n)) : std::string("?"));
@@ -101,12 +104,6 @@ const RankPlace& DetectedPlace() {
   return place;
 }
 
-std::string Fingerprint(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return fmt::format("{:016x}", h);
-}
-
 // Where this rank is and what its links cost, before the rendezvous.
 struct PlaceChoice {
   RankPlace place;
@@ -127,10 +124,11 @@ Result<PlaceChoice> ChoosePlace(const CommOptions& options, const comm::Inherite
     c.source = inherited->source;
     c.fingerprint = inherited->fingerprint;
   } else if (const std::string path = params::GetString(params::Id::kTopoFile); !path.empty()) {
-    Result<Topology> file = LoadTopologyFile(path, size);
+    // Read once: the fingerprint must be of the very bytes that were parsed.
+    Result<std::string> text = topology::ReadTopologyText(path);
+    Result<Topology> file = text.ok() ? ParseTopology(*text, path, size) : Result<Topology>(text.status());
     if (!file.ok()) return file.status().WithContext("CHOIR_TOPO_FILE");
-    std::ifstream in(path);
-    c.fingerprint = Fingerprint(std::string(std::istreambuf_iterator<char>(in), {}));
+    c.fingerprint = fmt::format("{:016x}", strings::HashString(*text));
     c.place = file->ranks[static_cast<size_t>(rank)];
     c.intra_host = algorithms::LinkCostOf(*file, "intra_host", c.intra_host);
     c.inter_host = algorithms::LinkCostOf(*file, "inter_host", c.inter_host);

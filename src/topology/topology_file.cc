@@ -22,9 +22,11 @@
 #include <string_view>
 
 #include "base/fd.h"
+#include "base/strings.h"
 #include "choir/topology.h"
 #include "topology/build.h"
 #include "topology/json_lines.h"
+#include "topology/topology_file.h"
 
 namespace choir {
 namespace {
@@ -39,21 +41,6 @@ constexpr int64_t kMaxPlaceNumber = 1 << 20;  // package, NUMA and CPU numbers
 constexpr size_t kMaxInterfaceLength = 15;    // Linux IFNAMSIZ - 1
 
 const char* const kLinkNames[] = {"intra_group", "intra_host", "inter_host"};
-
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
 
 // One rank number as written in the file, with where it was written.
 struct RankRef {
@@ -142,7 +129,7 @@ class TopologyFileReader {
           // "latency" for "latency_us" is a typo too, though three edits away.
           const bool prefix =
               m.key.size() >= 3 && (k.starts_with(m.key) || std::string_view(m.key).starts_with(k));
-          const size_t d = prefix ? 1 : EditDistance(m.key, k);
+          const size_t d = prefix ? 1 : strings::EditDistance(m.key, k);
           if (d < best_distance) {
             best_distance = d;
             best = k;
@@ -646,7 +633,8 @@ Result<Topology> ParseTopology(const std::string& text, const std::string& origi
   return TopologyFileReader(origin, world_size).Read(root);
 }
 
-Result<Topology> LoadTopologyFile(const std::string& path, int world_size) {
+namespace topology {
+Result<std::string> ReadTopologyText(const std::string& path) {
   // O_NONBLOCK: opening a FIFO by mistake must not wait for a writer.
   Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd.valid()) {
@@ -674,6 +662,12 @@ Result<Topology> LoadTopologyFile(const std::string& path, int world_size) {
     if (n == 0) break;
     text.append(buffer, static_cast<size_t>(n));
   }
+  return text;
+}
+}  // namespace topology
+
+Result<Topology> LoadTopologyFile(const std::string& path, int world_size) {
+  CHOIR_ASSIGN_OR_RETURN(std::string text, topology::ReadTopologyText(path));
   return ParseTopology(text, path, world_size);
 }
 

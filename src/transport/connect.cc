@@ -61,8 +61,8 @@ HandshakeHello MakeHello(const ConnectOptions& o, int from, int to, int stream) 
   h.stream = stream;
   h.streams = o.tcp_streams;
   h.protocol = static_cast<uint32_t>(kProtocolVersion);
-  h.job_hash = HashString(o.job_id);
-  h.comm_hash = HashString(o.comm_uid);
+  h.job_hash = strings::HashString(o.job_id);
+  h.comm_hash = strings::HashString(o.comm_uid);
   h.from_rank = from;
   h.to_rank = to;
   CopyTruncated(h.job, sizeof(h.job), o.job_id);
@@ -135,7 +135,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
   if (my_shm.size() > 1) {
     std::random_device rd;
     const uint64_t token = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
-    const std::string name = fmt::format("/choir-{:016x}-{}-{}", HashString(options.job_id + "/" + options.comm_uid),
+    const std::string name = fmt::format("/choir-{:016x}-{}-{}", strings::HashString(options.job_id + "/" + options.comm_uid),
                                          rank, getpid());
     CHOIR_ASSIGN_OR_RETURN(own, Segment::Create(name, rank, static_cast<int>(my_shm.size()),
                                                 options.ring_bytes, options.area_slot_bytes, token));

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/strings.h"
 #include "choir/settings.h"
 #include "choir/status.h"
 #include "subcommand.h"
@@ -46,27 +47,12 @@ std::vector<std::string> Wrap(std::string_view text, size_t width) {
   return lines;
 }
 
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 // The closest known setting name, when it is close enough to be a typo of `name`.
 std::string SuggestSetting(std::string_view name, const std::vector<SettingInfo>& settings) {
   std::string best;
   size_t best_distance = 4;  // more edits than this is not a typo
   for (const SettingInfo& s : settings) {
-    const size_t d = EditDistance(name, s.name);
+    const size_t d = strings::EditDistance(name, s.name);
     if (d < best_distance) {
       best_distance = d;
       best = s.name;

@@ -231,10 +231,10 @@ int RankSupervisor::NextTimeoutMs() const {
   return std::clamp(static_cast<int>(ms) + 1, 0, kMaxSleepMs);
 }
 
-void RankSupervisor::PollOnce() {
+int RankSupervisor::PollPipes(int extra_fd, int timeout_ms, bool* extra_ready) {
   std::vector<pollfd> fds;
   std::vector<std::pair<Rank*, bool>> owners;  // (rank, is_err) per pipe entry
-  fds.push_back({signals_->fd(), POLLIN, 0});
+  if (extra_fd >= 0) fds.push_back({extra_fd, POLLIN, 0});
   for (Rank& r : ranks_) {
     if (r.out.valid()) {
       fds.push_back({r.out.get(), POLLIN, 0});
@@ -245,13 +245,22 @@ void RankSupervisor::PollOnce() {
       owners.emplace_back(&r, true);
     }
   }
-  const int rc = ::poll(fds.data(), fds.size(), NextTimeoutMs());
-  if (rc < 0) return;  // EINTR; anything else is retried on the next round
-  if (fds[0].revents != 0) {
-    if (const int sig = signals_->ReadStopSignal(); sig != 0) OnLauncherSignal(sig);
+  if (owners.empty() && extra_fd < 0) return -1;
+  const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
+  if (rc <= 0) return rc;
+  const size_t first_pipe = extra_fd >= 0 ? 1 : 0;
+  if (extra_ready != nullptr) *extra_ready = extra_fd >= 0 && fds[0].revents != 0;
+  for (size_t i = first_pipe; i < fds.size(); ++i) {
+    if (fds[i].revents != 0) Pump(*owners[i - first_pipe].first, owners[i - first_pipe].second);
   }
-  for (size_t i = 1; i < fds.size(); ++i) {
-    if (fds[i].revents != 0) Pump(*owners[i - 1].first, owners[i - 1].second);
+  return rc;
+}
+
+void RankSupervisor::PollOnce() {
+  bool signalled = false;
+  // A poll error is EINTR, or retried on the next round.
+  if (PollPipes(signals_->fd(), NextTimeoutMs(), &signalled) > 0 && signalled) {
+    if (const int sig = signals_->ReadStopSignal(); sig != 0) OnLauncherSignal(sig);
   }
 }
 
@@ -338,26 +347,7 @@ void RankSupervisor::DrainOutput(double max_seconds) {
   // Ranks have exited, but a child they left behind may still hold a pipe
   // open; read what is there without waiting for it forever.
   const double until = NowSeconds() + max_seconds;
-  while (true) {
-    std::vector<pollfd> fds;
-    std::vector<std::pair<Rank*, bool>> owners;
-    for (Rank& r : ranks_) {
-      if (r.out.valid()) {
-        fds.push_back({r.out.get(), POLLIN, 0});
-        owners.emplace_back(&r, false);
-      }
-      if (r.err.valid()) {
-        fds.push_back({r.err.get(), POLLIN, 0});
-        owners.emplace_back(&r, true);
-      }
-    }
-    if (fds.empty()) return;
-    const int wait_ms = std::max(0, static_cast<int>((until - NowSeconds()) * 1000));
-    const int rc = ::poll(fds.data(), fds.size(), wait_ms);
-    if (rc <= 0) break;
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents != 0) Pump(*owners[i].first, owners[i].second);
-    }
+  while (PollPipes(-1, std::max(0, static_cast<int>((until - NowSeconds()) * 1000)), nullptr) > 0) {
   }
   for (Rank& r : ranks_) {
     if (r.out_tag) r.out_tag->Flush();

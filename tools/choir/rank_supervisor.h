@@ -109,6 +109,10 @@ class RankSupervisor {
   };
 
   Status Spawn(size_t index, int dev_null);
+  // Polls every open output pipe of the ranks (and `extra_fd` first when
+  // >= 0) for up to `timeout_ms`, forwards what is readable and sets
+  // *extra_ready. Returns poll's result, or -1 when there is nothing to poll.
+  int PollPipes(int extra_fd, int timeout_ms, bool* extra_ready);
   void PollOnce();
   void Pump(Rank& rank, bool is_err);
   void ReapExited();

@@ -7,15 +7,6 @@
 
 namespace choir::transport {
 
-uint64_t HashString(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 void CopyTruncated(char* dst, size_t cap, const std::string& src) {
   const size_t n = std::min(cap - 1, src.size());
   std::memcpy(dst, src.data(), n);

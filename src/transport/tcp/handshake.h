@@ -43,7 +43,6 @@ struct HandshakeReply {
 };
 static_assert(sizeof(HandshakeReply) == 256);
 
-uint64_t HashString(const std::string& s);  // FNV-1a, stable across builds
 void CopyTruncated(char* dst, size_t cap, const std::string& src);
 
 // Sends a hello on a connected blocking-or-not socket.
