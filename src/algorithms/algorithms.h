@@ -76,6 +76,11 @@ Status ScatterCma(Context& c, const OpArgs& a);
 Status AlltoallCma(Context& c, const OpArgs& a);
 bool CmaUsable(const GroupView& g, const OpArgs& a);
 
+Status AllreducePipe(Context& c, const OpArgs& a);
+Status ReduceScatterPipe(Context& c, const OpArgs& a);
+Status AllgatherPipe(Context& c, const OpArgs& a);
+bool PipeUsable(const GroupView& g, const OpArgs& a);
+
 // Across hosts: hier.cc, with the cost model of cost.cc.
 Status AllreduceHier(Context& c, const OpArgs& a);
 Status ReduceScatterHier(Context& c, const OpArgs& a);

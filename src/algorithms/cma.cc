@@ -5,9 +5,10 @@
 // cma: ranks publish the addresses of their user buffers in the host's shared
 // area (local_ops.h); each rank then reads what it needs straight out of its
 // peers' memory. Allreduce is a reduce-scatter (rank r combines slice r of all
-// inputs into its own output, chunk by chunk, announcing each finished chunk)
-// followed by an allgather (every rank copies the finished slices out of their
-// owners' outputs as soon as they are announced). Reads go through a small
+// inputs into its own output, chunk by chunk) followed by an allgather: below
+// 4 MiB rank r writes each finished chunk into every peer's output itself
+// (process_vm_writev, from its cache); beyond, every rank copies the finished
+// slices out of their owners' outputs as soon as they are announced. Reads go through a small
 // cache-resident buffer and large results are written with streaming stores,
 // so each output byte costs one DRAM write. A broadcast root does not idle:
 // it writes a share of the buffer into each receiver (process_vm_writev)
@@ -32,6 +33,22 @@ Status AllreduceCma(Context& c, const OpArgs& a) {
   auto* out = static_cast<uint8_t*>(a.recv);
   const Blocks slices = EvenBlocks(a.count, n);
   const auto& mine = slices[static_cast<size_t>(op.me())];
+  // Below kStreamingBytes the owner of a slice pushes each combined chunk
+  // into every peer's output while it is still in its cache (no gather
+  // phase, no waiting on a peer's progress); beyond, the peers pull the
+  // finished slices so that their copies can use streaming stores
+  // (process_vm_writev's stores into the peer are not streaming and cost
+  // about as much as the pull: docs/performance.md).
+  if (a.count * es < kStreamingBytes) {
+    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, static_cast<const uint8_t*>(a.send), mine.offset * es,
+                                          mine.count, out + mine.offset * es,
+                                          [&](uint64_t, uint8_t* chunk, size_t elems) { FinishAverage(c, chunk, elems); },
+                                          /*push=*/true));
+    for (int p = 0; p < n; ++p) {
+      if (p != op.me()) c.CountSharedRead(p, slices[static_cast<size_t>(p)].count * es);  // written here by its owner
+    }
+    return op.Finish();
+  }
   CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, static_cast<const uint8_t*>(a.send), mine.offset * es,
                                         mine.count, out + mine.offset * es,
                                         [&](uint64_t k, uint8_t* chunk, size_t elems) {

@@ -52,6 +52,7 @@ GroupView Context::View() const {
   v.same_host = LocalGroupUsable(*this);
   v.cma = v.same_host && local_group()->cma;
   v.slot_bytes = v.same_host ? local_group()->mine().slot_bytes() : 0;
+  v.pipe_bytes = v.same_host ? local_group()->mine().pipe_bytes() : 0;
   v.layout = covers_whole_comm() ? layout_ : nullptr;
   v.intra_host = intra_host_;
   v.inter_host = inter_host_;

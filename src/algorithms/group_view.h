@@ -30,6 +30,7 @@ struct GroupView {
   bool same_host = false;     // exactly this host's local group: shared slots usable
   bool cma = false;           // and single-copy reads allowed
   size_t slot_bytes = 0;      // shared slot payload
+  size_t pipe_bytes = 0;      // shared pipe per rank (shm_pipe)
   const Layout* layout = nullptr;  // host layout when the group is the whole communicator
   LinkCost intra_host{1e-6, 10e9};
   LinkCost inter_host{20e-6, 3e9};  // a host's network link, shared by its ranks

@@ -97,6 +97,17 @@ Status AreaOp::WaitProgress(int p, uint64_t chunks) {
               "to finish its share (same-host single copy)");
 }
 
+void AreaOp::SetConsumed(uint64_t steps) {
+  group_->mine().ctl()->consumed.store((id_ << transport::kProgressShift) | steps, std::memory_order_release);
+  group_->NotifyPeers();
+}
+
+Status AreaOp::WaitConsumedByAll(uint64_t steps) {
+  const uint64_t want = (id_ << transport::kProgressShift) | steps;
+  return Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].ctl()->consumed.load(std::memory_order_acquire) < want; },
+              "to read this rank's shared pipe");
+}
+
 Status AreaOp::Finish() {
   group_->mine().ctl()->finished.store(id_, std::memory_order_release);
   group_->NotifyPeers();
@@ -182,14 +193,17 @@ Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t byt
 
 Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const uint8_t* own,
                        uint64_t offset, size_t elems, uint8_t* dst,
-                       const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk) {
+                       const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk, bool push) {
   Context& c = op.ctx();
   const int n = op.size();
   const size_t es = c.elem_size();
   const size_t chunk = std::max<size_t>(1, kCmaChunkBytes / es);
-  CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(static_cast<size_t>(n) * chunk * es));
-  std::vector<const void*> srcs(static_cast<size_t>(n));
   const bool streaming = elems * es >= kStreamingBytes;
+  // n chunks: the peers' inputs, plus (pushing and streaming) the combined
+  // chunk, kept in the cache for the pushes while `dst` gets streaming stores.
+  CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(static_cast<size_t>(n + 1) * chunk * es));
+  uint8_t* combined = tmp + static_cast<size_t>(n) * chunk * es;
+  std::vector<const void*> srcs(static_cast<size_t>(n));
   uint64_t k = 0;
   for (size_t done = 0; done < elems; done += chunk, ++k) {
     const size_t m = std::min(chunk, elems - done);
@@ -205,8 +219,19 @@ Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const u
       srcs[static_cast<size_t>(p)] = buf;
     }
     uint8_t* out = dst + done * es;
-    kernels::ReduceMany(out, srcs.data(), n, m, c.dtype(), c.op(), streaming);
-    if (on_chunk) on_chunk(k, out, m);
+    if (!push) {
+      kernels::ReduceMany(out, srcs.data(), n, m, c.dtype(), c.op(), streaming);
+      if (on_chunk) on_chunk(k, out, m);
+      continue;
+    }
+    uint8_t* result = streaming ? combined : out;
+    kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), false);
+    if (on_chunk) on_chunk(k, result, m);
+    if (streaming) kernels::CopyBytes(out, result, m * es, /*nontemporal=*/true);
+    for (int s = 1; s < n; ++s) {
+      const int p = (op.me() + s) % n;
+      CHOIR_RETURN_IF_ERROR(WriteRemote(op.pid(p), c.CommRank(p), bufs[static_cast<size_t>(p)].recv + off, result, m * es));
+    }
   }
   return Status::Ok();
 }

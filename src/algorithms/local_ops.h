@@ -55,6 +55,13 @@ class AreaOp {
   // Marks this rank done and waits until every peer is done too.
   Status Finish();
 
+  // Pipelined operations (shm_pipe): each rank's pipe, and how many steps'
+  // worth of its peers' pipes a rank has finished reading.
+  uint8_t* pipe(int local_index) const { return group_->areas[static_cast<size_t>(local_index)].pipe(); }
+  size_t pipe_bytes() const { return group_->mine().pipe_bytes(); }
+  void SetConsumed(uint64_t steps);
+  Status WaitConsumedByAll(uint64_t steps);
+
   int me() const { return group_->index; }
   int size() const { return group_->size(); }
   int pid(int local_index) const { return group_->pids[static_cast<size_t>(local_index)]; }
@@ -94,13 +101,17 @@ Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<P
 Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes);
 // dst = combination over every local rank of the `elems` elements at byte
 // offset `offset` of their `send` buffers (this rank's from `own`), chunk by
-// chunk; after each chunk, on_chunk(chunk_index, dst_chunk, elems_in_chunk).
+// chunk; after each chunk, on_chunk(chunk_index, result_chunk,
+// elems_in_chunk), which may still change the result. With `push`, every
+// finished chunk is also written into each peer's `recv` buffer at the same
+// offset (process_vm_writev), so that an allreduce needs no gather phase.
 Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const uint8_t* own,
                        uint64_t offset, size_t elems, uint8_t* dst,
-                       const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk);
+                       const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk, bool push = false);
 
 inline constexpr size_t kCmaChunkBytes = 512 * 1024;   // per peer: fits the L2 cache
 inline constexpr size_t kStreamingBytes = 4u << 20;     // larger outputs bypass the caches
+inline constexpr size_t kPipeMinBytes = 4u << 20;        // shm_pipe before cma from here on
 inline constexpr size_t kRootShareMinBytes = 256 * 1024;  // a broadcast root writes a share from here on
 
 }  // namespace choir::algorithms

@@ -57,6 +57,7 @@ Result<std::vector<PlanRow>> ExplainPlan(const Topology& topology) {
   view.same_host = layout.num_hosts() == 1 && world > 1;
   view.cma = view.same_host && params::GetString(params::Id::kShmCma) != "off";
   view.slot_bytes = view.same_host ? params::GetBytes(params::Id::kShmSlotBytes) : 0;
+  view.pipe_bytes = view.same_host ? params::GetBytes(params::Id::kShmPipeBytes) : 0;
   view.intra_host = algorithms::LinkCostOf(topology, "intra_host", view.intra_host);
   view.inter_host = algorithms::LinkCostOf(topology, "inter_host", view.inter_host);
   algorithms::SelectConfig config;

@@ -9,11 +9,14 @@ const std::vector<Algorithm>& AllAlgorithms() {
   constexpr const char* kCmaCost = "1 step, each byte copied once between processes (process_vm_readv)";
   constexpr const char* kFlatNeeds = "every rank on one host, sharing memory, and a payload that fits CHOIR_SHM_SLOT_BYTES";
   constexpr const char* kCmaNeeds = "every rank on one host, sharing memory, with process_vm_readv allowed (CHOIR_SHM_CMA=auto)";
+  constexpr const char* kPipeCost = "1 step, input read once and output written once, chunks exchanged through the caches";
+  constexpr const char* kPipeNeeds = "every rank on one host, sharing memory, CHOIR_SHM_PIPE_BYTES > 0, and at least 4 MiB when process_vm_readv is allowed";
   constexpr const char* kHierCost = "intra-host steps in shared memory + 2(H-1)/H*N bytes per host between hosts, all local ranks in parallel";
   constexpr const char* kHierNeeds = "ranks on several hosts with at least one host holding two or more (equal hosts for reduce_scatter and allgather)";
   // Within a collective, the order is the order of preference of the default selection.
   static const std::vector<Algorithm> all = {
       {"shm_flat", CollKind::kAllreduce, AllreduceFlat, kFlatCost, FlatUsable, kFlatNeeds},
+      {"shm_pipe", CollKind::kAllreduce, AllreducePipe, kPipeCost, PipeUsable, kPipeNeeds},
       {"cma", CollKind::kAllreduce, AllreduceCma, kCmaCost, CmaUsable, kCmaNeeds},
       {"hier", CollKind::kAllreduce, AllreduceHier, kHierCost, HierUsable, kHierNeeds, PredictHierAllreduce},
       {"recursive_doubling", CollKind::kAllreduce, AllreduceRecursiveDoubling, "log2(n) (+2) steps, N*log2(n) bytes",
@@ -21,9 +24,12 @@ const std::vector<Algorithm>& AllAlgorithms() {
       {"ring", CollKind::kAllreduce, AllreduceRing, "2(n-1) steps, 2(n-1)/n*N bytes", nullptr, "", PredictRingAllreduce},
       {"shm_flat", CollKind::kReduceScatter, ReduceScatterFlat, kFlatCost, FlatUsable, kFlatNeeds},
       {"cma", CollKind::kReduceScatter, ReduceScatterCma, kCmaCost, CmaUsable, kCmaNeeds},
+      // Measured no faster than cma for reduce_scatter (docs/performance.md): used when cma is not allowed.
+      {"shm_pipe", CollKind::kReduceScatter, ReduceScatterPipe, kPipeCost, PipeUsable, kPipeNeeds},
       {"hier", CollKind::kReduceScatter, ReduceScatterHier, kHierCost, HierUsable, kHierNeeds, PredictHierGather},
       {"ring", CollKind::kReduceScatter, ReduceScatterRing, "n-1 steps, (n-1)/n*N bytes", nullptr, "", PredictRingCollective},
       {"shm_flat", CollKind::kAllgather, AllgatherFlat, kFlatCost, FlatUsable, kFlatNeeds},
+      {"shm_pipe", CollKind::kAllgather, AllgatherPipe, kPipeCost, PipeUsable, kPipeNeeds},
       {"cma", CollKind::kAllgather, AllgatherCma, kCmaCost, CmaUsable, kCmaNeeds},
       {"hier", CollKind::kAllgather, AllgatherHier, kHierCost, HierUsable, kHierNeeds, PredictHierGather},
       {"ring", CollKind::kAllgather, AllgatherRing, "n-1 steps, (n-1)/n*N bytes", nullptr, "", PredictRingCollective},

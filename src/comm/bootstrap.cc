@@ -340,6 +340,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   co.ring_bytes = params::GetBytes(params::Id::kShmRingBytes);
   co.tcp_chunk_bytes = params::GetBytes(params::Id::kTcpChunkBytes);
   co.area_slot_bytes = params::GetBytes(params::Id::kShmSlotBytes);
+  co.area_pipe_bytes = params::GetBytes(params::Id::kShmPipeBytes);
   co.tcp_streams = static_cast<int>(std::clamp<int64_t>(params::GetInt(params::Id::kTcpStreams), 1, 64));
   co.tcp_stripe_bytes = params::GetBytes(params::Id::kTcpStripeBytes);
   co.allow_cma = params::GetString(params::Id::kShmCma) != "off";

@@ -267,6 +267,58 @@ TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
   }
 }
 
+// shm_pipe with a tiny pipe (many steps, both parities, chunks that split
+// elements unevenly) and process_vm_readv turned off, as in containers that
+// forbid it: every dtype and reduce op, in place and not, 2-4 ranks.
+TEST(CommPipeTest, TinyPipeWithoutCmaMatchesReference) {
+  params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", "8K");
+  params::ScopedOverride cma("CHOIR_SHM_CMA", "off");
+  for (int n : {2, 3, 4}) {
+    auto results = RunRanks(n, [](Communicator& comm) -> Status {
+      SweepOptions so;
+      so.ops = {"allreduce", "reduce_scatter", "allgather"};
+      so.counts = {0, 1, 5, 1000, 4099, 70001};
+      so.algorithm = "shm_pipe";
+      auto cases = RunSweep(comm, so);
+      if (!cases.ok()) return cases.status();
+      if (cases->size() < 50) return Status(Code::kInternal, "only " + std::to_string(cases->size()) + " cases ran");
+      for (const SweepCase& c : *cases) {
+        if (c.algorithm != "shm_pipe") return Status(Code::kInternal, c.op + " ran " + c.algorithm);
+        if (!c.ok) {
+          return Status(Code::kInternal, c.op + " " + c.dtype + " " + c.reduce_op + " count " +
+                                             std::to_string(c.count) + ": " + c.error);
+        }
+      }
+      return Status::Ok();
+    }, Opts("shm", 120s));
+    ExpectAllOk(results);
+  }
+}
+
+// Without process_vm_readv the default large-message path is shm_pipe; with
+// it, shm_pipe takes allreduce and allgather from 4 MiB on (default pipe).
+TEST(CommPipeTest, DefaultSelectionAndLargeBuffers) {
+  for (const char* cma : {"off", "auto"}) {
+    params::ScopedOverride allow("CHOIR_SHM_CMA", cma);
+    auto results = RunRanks(3, [cma](Communicator& comm) -> Status {
+      SweepOptions so;
+      so.ops = {"allreduce", "allgather"};
+      so.dtypes = {DataType::kFloat32, DataType::kBFloat16};
+      so.counts = {2200001};  // 8.8 MB of float32, 4.4 MB of bfloat16
+      so.all_reduce_ops = false;
+      auto cases = RunSweep(comm, so);
+      if (!cases.ok()) return cases.status();
+      if (cases->empty()) return Status(Code::kInternal, "no case ran");
+      for (const SweepCase& c : *cases) {
+        if (!c.ok) return Status(Code::kInternal, c.op + " " + c.dtype + ": " + c.error);
+        if (c.algorithm != "shm_pipe") return Status(Code::kInternal, std::string("cma=") + cma + ": " + c.op + " ran " + c.algorithm);
+      }
+      return Status::Ok();
+    }, Opts("shm", 60s));
+    ExpectAllOk(results);
+  }
+}
+
 TEST(CommFailureTest, LocalValidationCodes) {
   auto results = RunRanks(1, [](Communicator& comm) -> Status {
     std::vector<int32_t> v(4);

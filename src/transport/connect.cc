@@ -138,7 +138,8 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     const std::string name = fmt::format("/choir-{:016x}-{}-{}", strings::HashString(options.job_id + "/" + options.comm_uid),
                                          rank, getpid());
     CHOIR_ASSIGN_OR_RETURN(own, Segment::Create(name, rank, static_cast<int>(my_shm.size()),
-                                                options.ring_bytes, options.area_slot_bytes, token));
+                                                options.ring_bytes, options.area_slot_bytes,
+                                                options.area_pipe_bytes, token));
     CHOIR_RETURN_IF_ERROR(store.Set("shm/" + std::to_string(rank), fmt::format("{} {:016x}", name, token)));
   }
 

@@ -41,6 +41,7 @@ struct ConnectOptions {
   Deadline deadline = Deadline::Infinite();
   size_t ring_bytes = 2 << 20;
   size_t area_slot_bytes = 64 << 10;
+  size_t area_pipe_bytes = 4 << 20;
   bool allow_cma = true;
   size_t tcp_chunk_bytes = 512 << 10;
   int tcp_streams = 1;               // sockets per peer pair

@@ -14,8 +14,12 @@
 // operation k a rank waits until every peer has finished reading that slot
 // for the previous operation that used it (read_done[b]).
 //
+// Large collectives without process_vm_readv, or where streaming through the
+// caches beats it (shm_pipe), stage chunks in the area's pipe: a region the
+// owner writes and every peer reads while it is still cache-resident.
+//
 // Layout (docs/protocols.md, "Shared-memory segment"):
-//   AreaCtl (256 B) | slot 0: SlotHeader (32 B) + data | slot 1: ...
+//   AreaCtl (256 B) | slot 0: SlotHeader (32 B) + data | slot 1: ... | pipe
 // Slot data starts inside the header's cache line, so payloads of up to 32
 // bytes travel with their id in a single line.
 //
@@ -34,8 +38,9 @@ struct alignas(64) AreaCtl {
   alignas(64) std::atomic<uint64_t> read_done[2];  // last op id whose reads of each slot parity finished
   alignas(64) std::atomic<uint64_t> progress;      // (op id << 24) | chunks of this rank's share finished
   alignas(64) std::atomic<uint64_t> finished;      // last op id this rank finished (peers may reuse buffers)
+  alignas(64) std::atomic<uint64_t> consumed;      // (op id << 24) | pipe steps whose peer stages this rank has read
 };
-static_assert(sizeof(AreaCtl) == 192);
+static_assert(sizeof(AreaCtl) == 256);
 
 struct SlotHeader {
   std::atomic<uint64_t> id;  // op id whose data the slot holds
@@ -49,17 +54,19 @@ inline constexpr size_t kAreaCtlBytes = 256;
 inline constexpr int kProgressShift = 24;
 inline constexpr uint64_t kProgressMask = (uint64_t{1} << kProgressShift) - 1;
 
-// Bytes of one rank's area for `slot_bytes` of payload per slot.
-inline size_t AreaBytes(size_t slot_bytes) {
+// Bytes of one rank's area for `slot_bytes` of payload per slot and a pipe
+// of `pipe_bytes`.
+inline size_t AreaBytes(size_t slot_bytes, size_t pipe_bytes) {
   const size_t slot = (sizeof(SlotHeader) + slot_bytes + 63) / 64 * 64;
-  return kAreaCtlBytes + 2 * slot;
+  return kAreaCtlBytes + 2 * slot + pipe_bytes;
 }
 
 // A view of one rank's area (own or a peer's).
 class AreaView {
  public:
   AreaView() = default;
-  AreaView(uint8_t* base, size_t slot_bytes) : base_(base), slot_bytes_(slot_bytes) {}
+  AreaView(uint8_t* base, size_t slot_bytes, size_t pipe_bytes)
+      : base_(base), slot_bytes_(slot_bytes), pipe_bytes_(pipe_bytes) {}
 
   AreaCtl* ctl() const { return reinterpret_cast<AreaCtl*>(base_); }
   SlotHeader* slot(int b) const {
@@ -67,12 +74,16 @@ class AreaView {
   }
   uint8_t* data(int b) const { return reinterpret_cast<uint8_t*>(slot(b)) + sizeof(SlotHeader); }
   size_t slot_bytes() const { return slot_bytes_; }
+  // 64-byte aligned.
+  uint8_t* pipe() const { return base_ + kAreaCtlBytes + 2 * SlotStride(); }
+  size_t pipe_bytes() const { return pipe_bytes_; }
   bool valid() const { return base_ != nullptr; }
 
  private:
   size_t SlotStride() const { return (sizeof(SlotHeader) + slot_bytes_ + 63) / 64 * 64; }
   uint8_t* base_ = nullptr;
   size_t slot_bytes_ = 0;
+  size_t pipe_bytes_ = 0;
 };
 
 }  // namespace choir::transport

@@ -34,24 +34,24 @@ Status ShmFailure(int err, const std::string& what) {
   return Status(Code::kShmError, what + ": " + std::strerror(err) + hint);
 }
 
-size_t RingsOffset(size_t area_slot_bytes) {
-  return kHeaderBytes + (AreaBytes(area_slot_bytes) + 4095) / 4096 * 4096;
+size_t RingsOffset(size_t area_slot_bytes, size_t area_pipe_bytes) {
+  return kHeaderBytes + (AreaBytes(area_slot_bytes, area_pipe_bytes) + 4095) / 4096 * 4096;
 }
 
 }  // namespace
 
-size_t Segment::TotalBytes(int num_slots, size_t ring_bytes, size_t area_slot_bytes) {
-  return RingsOffset(area_slot_bytes) + static_cast<size_t>(num_slots) * SlotBytes(ring_bytes);
+size_t Segment::TotalBytes(int num_slots, size_t ring_bytes, size_t area_slot_bytes, size_t area_pipe_bytes) {
+  return RingsOffset(area_slot_bytes, area_pipe_bytes) + static_cast<size_t>(num_slots) * SlotBytes(ring_bytes);
 }
 
 RingCtl* Segment::ring_ctl(int slot) const {
-  return reinterpret_cast<RingCtl*>(base_ + RingsOffset(header()->area_slot_bytes) +
+  return reinterpret_cast<RingCtl*>(base_ + RingsOffset(header()->area_slot_bytes, header()->area_pipe_bytes) +
                                     static_cast<size_t>(slot) * SlotBytes(ring_bytes()));
 }
 
 Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int rank, int num_slots,
                                                  size_t ring_bytes, size_t area_slot_bytes,
-                                                 uint64_t token) {
+                                                 size_t area_pipe_bytes, uint64_t token) {
   if (ring_bytes < 4096 || ring_bytes % 64 != 0) {
     return Status(Code::kInvalidSetting, "CHOIR_SHM_RING_BYTES must be a multiple of 64 and at least 4096, got " +
                                              std::to_string(ring_bytes));
@@ -60,7 +60,11 @@ Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int ra
     return Status(Code::kInvalidSetting, "CHOIR_SHM_SLOT_BYTES must be between 64 and 64M, got " +
                                              std::to_string(area_slot_bytes));
   }
-  const size_t bytes = TotalBytes(num_slots, ring_bytes, area_slot_bytes);
+  if (area_pipe_bytes > (1u << 30) || area_pipe_bytes % 4096 != 0) {
+    return Status(Code::kInvalidSetting, "CHOIR_SHM_PIPE_BYTES must be a multiple of 4096 and at most 1G, got " +
+                                             std::to_string(area_pipe_bytes));
+  }
+  const size_t bytes = TotalBytes(num_slots, ring_bytes, area_slot_bytes, area_pipe_bytes);
   Fd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd.valid()) return ShmFailure(errno, "shm_open(" + name + ", create)");
   // Reserve the pages now so that a full /dev/shm fails here, not with SIGBUS later.
@@ -84,6 +88,7 @@ Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int ra
   h->ring_bytes = ring_bytes;
   h->token = token;
   h->area_slot_bytes = area_slot_bytes;
+  h->area_pipe_bytes = area_pipe_bytes;
   h->self_addr = reinterpret_cast<uint64_t>(base);
   h->doorbell.store(0);
   h->sleeping.store(0);
@@ -96,6 +101,7 @@ Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int ra
   actl->read_done[1].store(0);
   actl->progress.store(0);
   actl->finished.store(0);
+  actl->consumed.store(0);
   for (int b = 0; b < 2; ++b) new (area.slot(b)) SlotHeader{{0}, 0, 0, 0};
   for (int s = 0; s < num_slots; ++s) {
     auto* ctl = new (seg->ring_ctl(s)) RingCtl();
@@ -123,7 +129,7 @@ Result<std::unique_ptr<Segment>> Segment::Open(const std::string& name, int expe
   const SegmentHeader* h = seg->header();
   if (h->magic != kSegmentMagic || h->layout_version != kSegmentLayoutVersion ||
       h->rank != expected_rank || h->token != expected_token ||
-      TotalBytes(h->num_slots, h->ring_bytes, h->area_slot_bytes) != bytes) {
+      TotalBytes(h->num_slots, h->ring_bytes, h->area_slot_bytes, h->area_pipe_bytes) != bytes) {
     return Status(Code::kShmError,
                   "segment " + name + " does not belong to rank " + std::to_string(expected_rank) +
                       " of this communicator (stale file or another choir version)");

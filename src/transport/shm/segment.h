@@ -29,7 +29,7 @@
 namespace choir::transport {
 
 inline constexpr uint64_t kSegmentMagic = 0x43484f4952534547ull;  // "CHOIRSEG"
-inline constexpr uint32_t kSegmentLayoutVersion = 2;
+inline constexpr uint32_t kSegmentLayoutVersion = 3;
 
 struct alignas(64) SegmentHeader {
   uint64_t magic;
@@ -40,6 +40,7 @@ struct alignas(64) SegmentHeader {
   uint64_t ring_bytes;
   uint64_t token;  // random; published through the store so peers know they mapped the right file
   uint64_t area_slot_bytes;  // payload bytes per slot of the local area
+  uint64_t area_pipe_bytes;  // bytes of the local area's pipe
   uint64_t self_addr;        // where the owner mapped this segment (to test process_vm_readv)
   alignas(64) std::atomic<uint32_t> doorbell;  // futex word: bumped when the owner should re-check
   alignas(64) std::atomic<uint32_t> sleeping;  // owner is (about to be) blocked on doorbell
@@ -63,7 +64,7 @@ class Segment {
   // ShmError if it exists or /dev/shm is too small.
   static Result<std::unique_ptr<Segment>> Create(const std::string& name, int rank, int num_slots,
                                                  size_t ring_bytes, size_t area_slot_bytes,
-                                                 uint64_t token);
+                                                 size_t area_pipe_bytes, uint64_t token);
   // Maps a peer's segment and checks magic, layout, rank and token.
   static Result<std::unique_ptr<Segment>> Open(const std::string& name, int expected_rank,
                                                uint64_t expected_token);
@@ -75,12 +76,12 @@ class Segment {
   RingCtl* ring_ctl(int slot) const;
   uint8_t* ring_data(int slot) const { return reinterpret_cast<uint8_t*>(ring_ctl(slot)) + sizeof(RingCtl); }
   size_t ring_bytes() const { return header()->ring_bytes; }
-  AreaView area() const { return AreaView(base_ + 4096, header()->area_slot_bytes); }
+  AreaView area() const { return AreaView(base_ + 4096, header()->area_slot_bytes, header()->area_pipe_bytes); }
   const std::string& name() const { return name_; }
   // Removes the name from /dev/shm (mappings stay valid). Idempotent.
   void Unlink();
 
-  static size_t TotalBytes(int num_slots, size_t ring_bytes, size_t area_slot_bytes);
+  static size_t TotalBytes(int num_slots, size_t ring_bytes, size_t area_slot_bytes, size_t area_pipe_bytes);
 
  private:
   Segment(std::string name, void* base, size_t bytes, bool owner)

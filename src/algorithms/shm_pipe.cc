@@ -1,0 +1,202 @@
+// Cost: 1 step; each input byte is read from memory once and each output byte
+// written once (streaming stores); the exchange between ranks runs through
+// the caches. For large messages on one host, with or without
+// process_vm_readv.
+//
+// shm_pipe: the buffer is cut into n slices (rank r owns slice r) and every
+// slice into chunks that fit the caches; the ranks walk the chunks in steps.
+// In step k a rank
+//   A. stages its input chunk k of every peer's slice in its own pipe,
+//   B. combines chunk k of its own slice from its input and the chunks its
+//      peers staged for it, stages the result and writes it to its output,
+//   C. copies chunk k of every peer's result from their pipes to its output.
+// Each pipe holds two steps (parity k % 2) of n chunks: n-1 inputs for the
+// peers and one result. A rank overwrites a parity only after every peer has
+// consumed the step that used it before (AreaCtl::consumed); progress
+// counters (2k+1: inputs staged, 2k+2: result staged) order A, B and C.
+//
+// Against cma, which copies through the kernel (process_vm_readv runs at
+// ~5.5 GB/s per core here), every copy is a user-space vector copy of data
+// that is still in a cache, and the memory traffic is the minimum: read the
+// input once, write the output once. Reductions combine the ranks in rank
+// order, so every rank gets bit-identical results.
+#include <algorithm>
+#include <vector>
+
+#include "algorithms/algorithms.h"
+#include "algorithms/block_steps.h"
+#include "algorithms/local_ops.h"
+#include "kernels/reduce.h"
+
+namespace choir::algorithms {
+namespace {
+
+using patterns::Block;
+
+// Elements per chunk: a step's 2 x n chunks fill the pipe, 64-byte aligned.
+size_t PipeChunkElems(size_t pipe_bytes, int n, size_t es) {
+  const size_t bytes = pipe_bytes / (2 * static_cast<size_t>(n)) / 64 * 64;
+  return bytes / es;
+}
+
+size_t ChunkAt(const Block& slice, size_t k, size_t chunk) {
+  const size_t start = k * chunk;
+  return start >= slice.count ? 0 : std::min(chunk, slice.count - start);
+}
+
+// Reduce-scatter of `in` over `slices` into `out` (slice r of this rank's
+// result at out + slices[r].offset); with `gather`, also the allgather of the
+// results (out is then the whole buffer).
+Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& slices, bool gather) {
+  AreaOp op(c);
+  // One published empty payload checks that every rank runs this collective.
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  op.Publish(0);
+  CHOIR_RETURN_IF_ERROR(op.WaitAll());
+  op.FinishReads();
+
+  const int n = op.size();
+  const int me = op.me();
+  const size_t es = c.elem_size();
+  const size_t chunk = PipeChunkElems(op.pipe_bytes(), n, es);
+  const size_t chunk_bytes = chunk * es;
+  size_t most = 0;
+  size_t total = 0;
+  for (const Block& b : slices) {
+    most = std::max(most, b.count);
+    total += b.count;
+  }
+  const uint64_t steps = (most + chunk - 1) / chunk;
+  const bool streaming = total * es >= kStreamingBytes;
+  const Block& mine = slices[static_cast<size_t>(me)];
+  uint8_t* my_out = gather ? out + mine.offset * es : out;
+  auto stage = [&](int owner, uint64_t k, int part) {
+    return op.pipe(owner) + ((k & 1) * static_cast<size_t>(n) + static_cast<size_t>(part)) * chunk_bytes;
+  };
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  for (uint64_t k = 0; k < steps; ++k) {
+    if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
+    // A. my input for every peer's slice.
+    for (int q = 0; q < n; ++q) {
+      const size_t m = ChunkAt(slices[static_cast<size_t>(q)], k, chunk);
+      if (q == me || m == 0) continue;
+      kernels::CopyBytes(stage(me, k, q), in + (slices[static_cast<size_t>(q)].offset + k * chunk) * es, m * es,
+                         /*nontemporal=*/false);
+    }
+    op.SetProgress(2 * k + 1);
+    // B. my slice.
+    const size_t m = ChunkAt(mine, k, chunk);
+    for (int p = 0; p < n; ++p) {
+      if (p == me) {
+        srcs[static_cast<size_t>(p)] = in + (mine.offset + k * chunk) * es;
+        continue;
+      }
+      CHOIR_RETURN_IF_ERROR(op.WaitProgress(p, 2 * k + 1));
+      srcs[static_cast<size_t>(p)] = stage(p, k, me);
+      c.CountSharedRead(p, m * es);
+    }
+    uint8_t* result = stage(me, k, me);
+    if (m > 0) {
+      kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), /*nontemporal=*/false);
+      FinishAverage(c, result, m);
+    }
+    op.SetProgress(2 * k + 2);
+    if (m > 0) kernels::CopyBytes(my_out + k * chunk * es, result, m * es, streaming);
+    // C. every peer's result.
+    if (gather) {
+      for (int s = 1; s < n; ++s) {
+        const int q = (me + s) % n;
+        const Block& b = slices[static_cast<size_t>(q)];
+        const size_t mq = ChunkAt(b, k, chunk);
+        CHOIR_RETURN_IF_ERROR(op.WaitProgress(q, 2 * k + 2));
+        if (mq == 0) continue;
+        kernels::CopyBytes(out + (b.offset + k * chunk) * es, stage(q, k, q), mq * es, streaming);
+        c.CountSharedRead(q, mq * es);
+      }
+    }
+    op.SetConsumed(k + 1);
+  }
+  // Every peer has read this rank's pipe before the next operation reuses it.
+  return op.Finish();
+}
+
+// Every rank's block of `buf` (this rank's read from `own`) into every
+// rank's `buf`: each rank stages chunk k of its block in its pipe and copies
+// chunk k of every peer's block out of theirs.
+Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& blocks) {
+  AreaOp op(c);
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  op.Publish(0);
+  CHOIR_RETURN_IF_ERROR(op.WaitAll());
+  op.FinishReads();
+
+  const int n = op.size();
+  const int me = op.me();
+  const size_t es = c.elem_size();
+  const size_t chunk = op.pipe_bytes() / 2 / 64 * 64 / es;
+  size_t most = 0;
+  size_t total = 0;
+  for (const Block& b : blocks) {
+    most = std::max(most, b.count);
+    total += b.count;
+  }
+  const uint64_t steps = (most + chunk - 1) / chunk;
+  const bool streaming = total * es >= kStreamingBytes;
+  const Block& mine = blocks[static_cast<size_t>(me)];
+  auto stage = [&](int owner, uint64_t k) { return op.pipe(owner) + (k & 1) * chunk * es; };
+  for (uint64_t k = 0; k < steps; ++k) {
+    if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
+    const size_t m = ChunkAt(mine, k, chunk);
+    const uint8_t* src = own + k * chunk * es;
+    if (m > 0) kernels::CopyBytes(stage(me, k), src, m * es, /*nontemporal=*/false);
+    op.SetProgress(k + 1);
+    uint8_t* dst = buf + (mine.offset + k * chunk) * es;
+    if (m > 0 && dst != src) kernels::CopyBytes(dst, stage(me, k), m * es, streaming);
+    for (int s = 1; s < n; ++s) {
+      const int q = (me + s) % n;
+      const Block& b = blocks[static_cast<size_t>(q)];
+      const size_t mq = ChunkAt(b, k, chunk);
+      CHOIR_RETURN_IF_ERROR(op.WaitProgress(q, k + 1));
+      if (mq == 0) continue;
+      kernels::CopyBytes(buf + (b.offset + k * chunk) * es, stage(q, k), mq * es, streaming);
+      c.CountSharedRead(q, mq * es);
+    }
+    op.SetConsumed(k + 1);
+  }
+  return op.Finish();
+}
+
+}  // namespace
+
+Status AllgatherPipe(Context& c, const OpArgs& a) {
+  const Blocks blocks = patterns::BlocksFromCounts(a.RecvCounts(c.size()));
+  return PipeGather(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv), blocks);
+}
+
+Status AllreducePipe(Context& c, const OpArgs& a) {
+  return PipeReduce(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
+                    EvenBlocks(a.count, c.size()), /*gather=*/true);
+}
+
+Status ReduceScatterPipe(Context& c, const OpArgs& a) {
+  const int n = c.size();
+  return PipeReduce(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
+                    EvenBlocks(a.count * static_cast<size_t>(n), n), /*gather=*/false);
+}
+
+bool PipeUsable(const GroupView& g, const OpArgs& a) {
+  if (!g.same_host || g.pipe_bytes == 0) return false;
+  const size_t es = a.elem_size();
+  const size_t chunk = PipeChunkElems(g.pipe_bytes, g.size, es);
+  if (chunk == 0) return false;
+  const size_t total = a.kind == CollKind::kReduceScatter || a.kind == CollKind::kAllgather
+                           ? a.count * static_cast<size_t>(g.size)
+                           : a.count;
+  // Progress counts 2 per step in 24 bits.
+  const size_t steps = (total / static_cast<size_t>(g.size) + 1 + chunk - 1) / chunk;
+  if (2 * steps + 2 >= (size_t{1} << 24)) return false;
+  // With single copy available, cma is faster below kPipeMinBytes.
+  return !g.cma || total * es >= kPipeMinBytes;
+}
+
+}  // namespace choir::algorithms
