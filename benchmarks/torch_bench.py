@@ -19,6 +19,7 @@ and other load hit both alike. Reported: the median over rounds, the spread
   flags and docs/performance.md).
 """
 import argparse
+import contextlib
 import datetime
 import importlib.util
 import json
@@ -92,7 +93,8 @@ def rank_main(args):
     sizes = [int(s) for s in args.sizes_mib.split(",")]
     results = {"latency_us": {b: [] for b in BACKENDS},
                "busbw_gibs": {str(s): {b: [] for b in BACKENDS} for s in sizes},
-               "ddp_step_ms": {b: [] for b in BACKENDS}}
+               "ddp_step_ms": {b: [] for b in BACKENDS},
+               "ddp_nosync_ms": []}
 
     def latency(group):
         t = torch.zeros(2)
@@ -140,18 +142,21 @@ def rank_main(args):
                                  "dim": args.ddp_dim, "layers": args.ddp_layers,
                                  "optimizer": args.ddp_optimizer, "precision": args.ddp_precision}
 
-        def ddp_steps(b):
+        def ddp_steps(b, sync=True):
             ddp, opt = trainers[b]
             times = []
             for _ in range(args.ddp_steps + 1):  # the first is a warm-up
                 x, y = next(data)
                 dist.barrier(group=groups[b])
                 start = time.perf_counter()
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.ddp_precision == "bf16"):
-                    logits = ddp(x)
-                loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, 256), y.reshape(-1))
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
+                # no_sync(): the same step without DDP's allreduces, i.e. the
+                # floor any backend's step time can approach.
+                with contextlib.nullcontext() if sync else ddp.no_sync():
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.ddp_precision == "bf16"):
+                        logits = ddp(x)
+                    loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, 256), y.reshape(-1))
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
                 opt.step()
                 times.append(time.perf_counter() - start)
             return median(times[1:]) * 1e3
@@ -168,6 +173,7 @@ def rank_main(args):
         if "ddp" in what:
             for b in order:
                 results["ddp_step_ms"][b].append(ddp_steps(b))
+            results["ddp_nosync_ms"].append(ddp_steps("gloo", sync=False))
         if rank == 0:
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     dist.barrier()
@@ -233,6 +239,12 @@ def report(results):
     if cfg:
         row(f"DDP step ({cfg['parameters'] / 1e6:.1f} M params, {cfg['tokens_per_rank']} tokens/rank)",
             results["ddp_step_ms"], "ms", True)
+        floor = results.get("ddp_nosync_ms")
+        if floor:
+            f = summarize(floor)
+            gloo = median(results["ddp_step_ms"]["gloo"])
+            lines.append(f"| same step without communication (DDP no_sync) | ms | {f['median']:.1f} "
+                         f"({f['min']:.1f}..{f['max']:.1f}) | | floor of choir/gloo: {f['median'] / gloo:.3g} |")
     return "\n".join(lines)
 
 
