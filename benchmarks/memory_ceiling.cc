@@ -1,0 +1,145 @@
+// memory_ceiling: the fastest any same-host collective can be on this
+// machine, measured. N processes each run the least memory work one rank of
+// a collective must do — every input byte read once from memory, every output
+// byte written once (streaming stores), exchanged data taken from a cache —
+// on private buffers, at the same time, with choir's own copy and reduce
+// kernels, and no communication at all. The slowest process's time per
+// iteration gives the bus bandwidth nccl-tests would report for it.
+//
+//   bin/choir_memory_ceiling [--ranks 2] [--sizes 16M,64M,256M] [--iters 10]
+//
+// Per rank, for a buffer of N bytes (nccl-tests' convention: the per-rank
+// buffer of allreduce, the whole buffer of reduce_scatter and allgather):
+//   allreduce       read N (its input), write N (its output)
+//   reduce_scatter  read N, write N/n (its block, combined from n sources)
+//   allgather       read N/n (its block, once), write N (n copies of it,
+//                   chunk by chunk from the cache)
+// A collective that also moves data between processes can only be slower.
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "base/strings.h"
+#include "kernels/reduce.h"
+
+namespace {
+
+using choir::DataType;
+using choir::ReduceOp;
+using choir::kernels::CopyBytes;
+using choir::kernels::ReduceMany;
+
+constexpr size_t kChunk = 256 * 1024;  // fits the L2 cache
+
+struct Shared {
+  std::atomic<int> arrived;
+  double seconds[64][256];  // [rank][iteration]
+};
+
+void Barrier(Shared* s, int ranks, int round) {
+  s->arrived.fetch_add(1);
+  while (s->arrived.load() < ranks * round) {
+  }
+}
+
+// One rank's least work for `op` on `bytes`.
+void Work(const std::string& op, int n, size_t bytes, const uint8_t* in, uint8_t* out) {
+  const size_t block = bytes / static_cast<size_t>(n) / 64 * 64;
+  if (op == "allreduce") {
+    CopyBytes(out, in, bytes, /*nontemporal=*/true);
+  } else if (op == "reduce_scatter") {
+    std::vector<const void*> srcs(static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) srcs[static_cast<size_t>(p)] = in + static_cast<size_t>(p) * block;
+    ReduceMany(out, srcs.data(), n, block / 4, DataType::kFloat32, ReduceOp::kSum, /*nontemporal=*/true);
+  } else {  // allgather
+    for (size_t done = 0; done < block; done += kChunk) {
+      const size_t m = std::min(kChunk, block - done);
+      for (int p = 0; p < n; ++p) CopyBytes(out + static_cast<size_t>(p) * block + done, in + done, m, true);
+    }
+  }
+}
+
+double BusFactor(const std::string& op, int n) {
+  return op == "allreduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int ranks = 2;
+  int iters = 10;
+  std::string sizes = "16M,64M,256M";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--ranks") {
+      ranks = std::atoi(argv[i + 1]);
+    } else if (flag == "--iters") {
+      iters = std::atoi(argv[i + 1]);
+    } else if (flag == "--sizes") {
+      sizes = argv[i + 1];
+    } else {
+      std::fprintf(stderr, "usage: %s [--ranks N] [--sizes 16M,64M,256M] [--iters N]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (ranks < 2 || ranks > 64 || iters < 1 || iters > 255) {
+    std::fprintf(stderr, "--ranks must be 2..64 and --iters 1..255\n");
+    return 2;
+  }
+  std::printf("# memory ceiling: %d processes, kernels %s; busbw as nccl-tests, median over %d iterations (slowest process)\n",
+              ranks, choir::kernels::ActiveIsa(), iters);
+  std::printf("# %-15s %12s %10s %10s\n", "op", "bytes", "time(us)", "busbw");
+  for (const std::string op : {"allreduce", "reduce_scatter", "allgather"}) {
+    for (const std::string& text : choir::strings::Split(sizes, ',')) {
+      auto parsed = choir::strings::ParseBytes(text);
+      if (!parsed || *parsed < 4096) {
+        std::fprintf(stderr, "bad size '%s'\n", text.c_str());
+        return 2;
+      }
+      const size_t bytes = *parsed;
+      auto* s = static_cast<Shared*>(
+          mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+      if (s == MAP_FAILED) return 1;
+      new (&s->arrived) std::atomic<int>(0);
+      std::vector<pid_t> children;
+      for (int r = 0; r < ranks; ++r) {
+        const pid_t pid = fork();
+        if (pid == 0) {
+          auto* in = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
+          auto* out = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
+          std::memset(in, 1, bytes);
+          std::memset(out, 0, bytes);
+          for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
+            Barrier(s, ranks, it + 1);
+            const auto t0 = std::chrono::steady_clock::now();
+            Work(op, ranks, bytes, in, out);
+            if (it > 0) s->seconds[r][it - 1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          }
+          _exit(0);
+        }
+        children.push_back(pid);
+      }
+      for (pid_t pid : children) waitpid(pid, nullptr, 0);
+      std::vector<double> slowest(static_cast<size_t>(iters));
+      for (int it = 0; it < iters; ++it) {
+        for (int r = 0; r < ranks; ++r) slowest[static_cast<size_t>(it)] = std::max(slowest[static_cast<size_t>(it)], s->seconds[r][it]);
+      }
+      std::sort(slowest.begin(), slowest.end());
+      const double t = slowest[slowest.size() / 2];
+      std::printf("  %-15s %12zu %10.1f %10.3f\n", op.c_str(), bytes, t * 1e6, bytes / t * BusFactor(op, ranks) / 1e9);
+      std::fflush(stdout);
+      munmap(s, sizeof(Shared));
+    }
+  }
+  return 0;
+}
