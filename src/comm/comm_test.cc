@@ -295,6 +295,18 @@ TEST(CommPipeTest, TinyPipeWithoutCmaMatchesReference) {
   }
 }
 
+TEST(CommPipeTest, BadPipeSizeIsAnInvalidSettingNamingIt) {
+  for (const char* bad : {"1000", "2G"}) {
+    params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", bad);
+    auto results = RunRanks(2, [](Communicator&) -> Status { return Status::Ok(); }, Opts("shm", 10s));
+    ASSERT_EQ(results.size(), 2u);
+    for (const auto& r : results) {
+      EXPECT_EQ(r.create.code(), Code::kInvalidSetting) << bad << ": " << r.create.ToString();
+      EXPECT_NE(r.create.message().find("CHOIR_SHM_PIPE_BYTES"), std::string::npos) << r.create.ToString();
+    }
+  }
+}
+
 // Without process_vm_readv the default large-message path is shm_pipe; with
 // it, shm_pipe takes allreduce and allgather from 4 MiB on (default pipe).
 TEST(CommPipeTest, DefaultSelectionAndLargeBuffers) {

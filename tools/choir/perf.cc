@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -177,6 +178,8 @@ class PerfCommand : public Subcommand {
     co.transport = transport_;
     auto comm = Communicator::FromEnvironment(co);
     if (!comm.ok()) {
+      // Only a missing launch environment calls for the hint about ranks.
+      if (std::getenv("RANK") != nullptr) return ReportError(comm.status());
       return ReportError(comm.status().WithContext("choir perf needs ranks: use `choir perf -n N` or `choir run -n N choir perf`"));
     }
     Communicator& c = **comm;
