@@ -52,3 +52,20 @@ def test_example_trains_under_choir_run():
         losses = [s["loss"] for s in report["steps"]]
         assert losses[-1] < losses[0], losses
         assert all(0 <= s["comm_share"] <= 1 and s["mfu"] > 0 for s in report["steps"]), report["steps"]
+
+
+def test_benchmark_runs_every_measurement_and_reports_the_floor():
+    bench = ranks.REPO / "benchmarks" / "torch_bench.py"
+    with tempfile.TemporaryDirectory() as tmp:
+        out_json = os.path.join(tmp, "bench.json")
+        code, out = choir_run(2, sys.executable, bench, "--rounds", 1, "--latency-iters", 50, "--sizes-mib", 1,
+                              "--busbw-iters", 1, "--ddp-dim", 32, "--ddp-layers", 1, "--ddp-steps", 1,
+                              "--json", out_json, timeout=180)
+        assert code == 0, out
+        results = json.loads(Path(out_json).read_text())
+        for backend in ("choir", "gloo"):
+            assert len(results["latency_us"][backend]) == 1 and results["latency_us"][backend][0] > 0
+            assert results["busbw_gibs"]["1"][backend][0] > 0
+            assert results["ddp_step_ms"][backend][0] > 0
+        assert results["ddp_floor_ms"][0] > 0
+        assert "same step, allreduce replaced by a no-op comm hook" in out, out
