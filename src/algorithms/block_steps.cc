@@ -9,6 +9,14 @@
 
 namespace choir::algorithms {
 
+namespace {
+bool PipeCarries(const Context& c, const Blocks& blocks) {
+  size_t largest = 0;
+  for (const auto& b : blocks) largest = std::max(largest, b.count);
+  return PipeFits(c.local_group()->mine().pipe_bytes(), c.size(), c.elem_size(), largest);
+}
+}  // namespace
+
 Blocks EvenBlocks(size_t count, int parts) {
   Blocks blocks;
   for (int i = 0; i < parts; ++i) blocks.push_back(patterns::EvenBlock(count, parts, i));
@@ -53,7 +61,10 @@ Status CmaReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, co
 }
 
 Status ReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks) {
-  if (LocalGroupUsable(c) && c.local_group()->cma) return CmaReduceScatterBlocks(c, in, my_out, blocks);
+  if (LocalGroupUsable(c)) {
+    if (c.local_group()->cma) return CmaReduceScatterBlocks(c, in, my_out, blocks);
+    if (PipeCarries(c, blocks)) return PipeReduceScatterBlocks(c, in, my_out, blocks);
+  }
   return RingReduceScatterBlocks(c, in, my_out, blocks);
 }
 
@@ -103,7 +114,10 @@ Status CmaAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
 }
 
 Status AllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
-  if (LocalGroupUsable(c) && c.local_group()->cma) return CmaAllgatherBlocks(c, buf, blocks);
+  if (LocalGroupUsable(c)) {
+    if (c.local_group()->cma) return CmaAllgatherBlocks(c, buf, blocks);
+    if (PipeCarries(c, blocks)) return PipeAllgatherBlocks(c, buf, blocks);
+  }
   return RingAllgatherBlocks(c, buf, blocks);
 }
 

@@ -3,8 +3,9 @@
 // the hierarchical ones (per-host and per-rail steps with their own blocks).
 //
 // Each step picks its implementation from the group it runs on: the host's
-// shared area (single copy, or shared slots when everything fits) when the
-// group is exactly this host's ranks, rings over the channels otherwise.
+// shared area when the group is exactly this host's ranks (single copy, or
+// the shared pipe when single copy is not allowed), rings over the channels
+// otherwise.
 // Every rank computes the same choice from the same arguments.
 //
 // Thread-safety: used by the thread running the operation.
@@ -26,12 +27,17 @@ using Blocks = std::vector<patterns::Block>;
 Status ReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks);
 Status RingReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks);
 Status CmaReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks);
+Status PipeReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks);  // shm_pipe.cc
 
 // In place: group rank i's block is already at buf[blocks[i]]; afterwards
 // every rank has every block.
 Status AllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
 Status RingAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
 Status CmaAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
+Status PipeAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);  // shm_pipe.cc
+// Whether a pipe of `pipe_bytes` carries blocks of up to `largest_block`
+// elements of `es` bytes between n ranks (shm_pipe.cc).
+bool PipeFits(size_t pipe_bytes, int n, size_t es, size_t largest_block);
 
 // Equal blocks of `count` elements split n ways.
 Blocks EvenBlocks(size_t count, int parts);

@@ -66,6 +66,9 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
     most = std::max(most, b.count);
     total += b.count;
   }
+  if (!PipeFits(op.pipe_bytes(), n, es, most)) {
+    return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
+  }
   const uint64_t steps = (most + chunk - 1) / chunk;
   const bool streaming = total * es >= kStreamingBytes;
   const Block& mine = slices[static_cast<size_t>(me)];
@@ -140,6 +143,9 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
     most = std::max(most, b.count);
     total += b.count;
   }
+  if (!PipeFits(op.pipe_bytes(), n, es, most)) {
+    return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
+  }
   const uint64_t steps = (most + chunk - 1) / chunk;
   const bool streaming = total * es >= kStreamingBytes;
   const Block& mine = blocks[static_cast<size_t>(me)];
@@ -168,6 +174,15 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
 
 }  // namespace
 
+Status PipeReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks) {
+  return PipeReduce(c, in, my_out, blocks, /*gather=*/false);
+}
+
+Status PipeAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
+  const Block& mine = blocks[static_cast<size_t>(c.rank())];
+  return PipeGather(c, buf + mine.offset * c.elem_size(), buf, blocks);
+}
+
 Status AllgatherPipe(Context& c, const OpArgs& a) {
   const Blocks blocks = patterns::BlocksFromCounts(a.RecvCounts(c.size()));
   return PipeGather(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv), blocks);
@@ -184,17 +199,21 @@ Status ReduceScatterPipe(Context& c, const OpArgs& a) {
                     EvenBlocks(a.count * static_cast<size_t>(n), n), /*gather=*/false);
 }
 
-bool PipeUsable(const GroupView& g, const OpArgs& a) {
-  if (!g.same_host || g.pipe_bytes == 0) return false;
-  const size_t es = a.elem_size();
-  const size_t chunk = PipeChunkElems(g.pipe_bytes, g.size, es);
+bool PipeFits(size_t pipe_bytes, int n, size_t es, size_t largest_block) {
+  const size_t chunk = PipeChunkElems(pipe_bytes, n, es);
   if (chunk == 0) return false;
+  // Progress counts 2 per step in 24 bits.
+  const size_t steps = (largest_block + chunk - 1) / chunk;
+  return 2 * steps + 2 < (size_t{1} << 24);
+}
+
+bool PipeUsable(const GroupView& g, const OpArgs& a) {
+  if (!g.same_host) return false;
+  const size_t es = a.elem_size();
   const size_t total = a.kind == CollKind::kReduceScatter || a.kind == CollKind::kAllgather
                            ? a.count * static_cast<size_t>(g.size)
                            : a.count;
-  // Progress counts 2 per step in 24 bits.
-  const size_t steps = (total / static_cast<size_t>(g.size) + 1 + chunk - 1) / chunk;
-  if (2 * steps + 2 >= (size_t{1} << 24)) return false;
+  if (!PipeFits(g.pipe_bytes, g.size, es, total / static_cast<size_t>(g.size) + 1)) return false;
   // With single copy available, cma is faster below kPipeMinBytes.
   return !g.cma || total * es >= kPipeMinBytes;
 }

@@ -295,6 +295,42 @@ TEST(CommPipeTest, TinyPipeWithoutCmaMatchesReference) {
   }
 }
 
+// Without process_vm_readv the hierarchical algorithms' same-host steps run
+// through the pipe (a tiny one here: many steps): exact results, 2 hosts x 2
+// ranks and 2 hosts x 3 ranks declared by a topology file.
+TEST(CommPipeTest, HierarchicalStepsWithoutCmaMatchReference) {
+  params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", "8K");
+  params::ScopedOverride cma("CHOIR_SHM_CMA", "off");
+  for (int per_host : {2, 3}) {
+    std::string a, b;
+    for (int r = 0; r < per_host; ++r) {
+      a += (r ? ", " : "") + std::to_string(r);
+      b += (r ? ", " : "") + std::to_string(per_host + r);
+    }
+    const std::string path = WriteTempFile("pipetopo", "{\"version\": 1, \"world_size\": " + std::to_string(2 * per_host) +
+                                                           ", \"hosts\": [{\"name\": \"a\", \"ranks\": [" + a +
+                                                           "]}, {\"name\": \"b\", \"ranks\": [" + b + "]}]}");
+    params::ScopedOverride file("CHOIR_TOPO_FILE", path);
+    auto results = RunRanks(2 * per_host, [](Communicator& comm) -> Status {
+      SweepOptions so;
+      so.ops = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
+      so.dtypes = {DataType::kFloat32, DataType::kInt64, DataType::kBFloat16};
+      so.counts = {7, 5000, 70001};
+      so.algorithm = "hier";
+      so.all_reduce_ops = false;
+      auto cases = RunSweep(comm, so);
+      if (!cases.ok()) return cases.status();
+      if (cases->empty()) return Status(Code::kInternal, "no case ran");
+      for (const SweepCase& c : *cases) {
+        if (!c.ok) return Status(Code::kInternal, c.op + " " + c.dtype + " count " + std::to_string(c.count) + ": " + c.error);
+      }
+      return Status::Ok();
+    }, Opts("auto", 120s));
+    ExpectAllOk(results);
+    std::remove(path.c_str());
+  }
+}
+
 TEST(CommPipeTest, BadPipeSizeIsAnInvalidSettingNamingIt) {
   for (const char* bad : {"1000", "2G"}) {
     params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", bad);
