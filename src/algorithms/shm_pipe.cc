@@ -46,8 +46,9 @@ size_t ChunkAt(const Block& slice, size_t k, size_t chunk) {
 
 // Reduce-scatter of `in` over `slices` into `out` (slice r of this rank's
 // result at out + slices[r].offset); with `gather`, also the allgather of the
-// results (out is then the whole buffer).
-Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& slices, bool gather) {
+// results (out is then the whole buffer). `average` finishes ReduceOp::kAvg
+// (the hierarchical steps average once at their end instead).
+Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& slices, bool gather, bool average) {
   AreaOp op(c);
   // One published empty payload checks that every rank runs this collective.
   CHOIR_RETURN_IF_ERROR(op.Acquire());
@@ -101,7 +102,7 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
     uint8_t* result = stage(me, k, me);
     if (m > 0) {
       kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), /*nontemporal=*/false);
-      FinishAverage(c, result, m);
+      if (average) FinishAverage(c, result, m);
     }
     op.SetProgress(2 * k + 2);
     if (m > 0) kernels::CopyBytes(my_out + k * chunk * es, result, m * es, streaming);
@@ -175,7 +176,7 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
 }  // namespace
 
 Status PipeReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks) {
-  return PipeReduce(c, in, my_out, blocks, /*gather=*/false);
+  return PipeReduce(c, in, my_out, blocks, /*gather=*/false, /*average=*/false);
 }
 
 Status PipeAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
@@ -190,13 +191,13 @@ Status AllgatherPipe(Context& c, const OpArgs& a) {
 
 Status AllreducePipe(Context& c, const OpArgs& a) {
   return PipeReduce(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
-                    EvenBlocks(a.count, c.size()), /*gather=*/true);
+                    EvenBlocks(a.count, c.size()), /*gather=*/true, /*average=*/true);
 }
 
 Status ReduceScatterPipe(Context& c, const OpArgs& a) {
   const int n = c.size();
   return PipeReduce(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
-                    EvenBlocks(a.count * static_cast<size_t>(n), n), /*gather=*/false);
+                    EvenBlocks(a.count * static_cast<size_t>(n), n), /*gather=*/false, /*average=*/true);
 }
 
 bool PipeFits(size_t pipe_bytes, int n, size_t es, size_t largest_block) {

@@ -317,7 +317,7 @@ TEST(CommPipeTest, HierarchicalStepsWithoutCmaMatchReference) {
       so.dtypes = {DataType::kFloat32, DataType::kInt64, DataType::kBFloat16};
       so.counts = {7, 5000, 70001};
       so.algorithm = "hier";
-      so.all_reduce_ops = false;
+      so.reduce_ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
       auto cases = RunSweep(comm, so);
       if (!cases.ok()) return cases.status();
       if (cases->empty()) return Status(Code::kInternal, "no case ran");
