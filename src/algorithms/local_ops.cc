@@ -94,7 +94,7 @@ Status AreaOp::WaitProgress(int p, uint64_t chunks) {
   const uint64_t want = (id_ << transport::kProgressShift) | chunks;
   const auto* ctl = group_->areas[static_cast<size_t>(p)].ctl();
   return Wait([&](int q) { return q == p && ctl->progress.load(std::memory_order_acquire) < want; },
-              "to finish its share (same-host single copy)");
+              "to finish its share (same-host)");
 }
 
 void AreaOp::SetConsumed(uint64_t steps) {
@@ -201,7 +201,8 @@ Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const u
   const bool streaming = elems * es >= kStreamingBytes;
   // n chunks: the peers' inputs, plus (pushing and streaming) the combined
   // chunk, kept in the cache for the pushes while `dst` gets streaming stores.
-  CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(static_cast<size_t>(n + 1) * chunk * es));
+  const size_t chunks = static_cast<size_t>(n) + (push && streaming ? 1 : 0);
+  CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(chunks * chunk * es));
   uint8_t* combined = tmp + static_cast<size_t>(n) * chunk * es;
   std::vector<const void*> srcs(static_cast<size_t>(n));
   uint64_t k = 0;

@@ -185,7 +185,10 @@ json MakeHello(const CommConfig& c, int rank, int size, const std::string& addre
               {"transport", transport::TransportChoiceName(c.transport)},
               {"place", {{"package", p.package}, {"numa", p.numa}, {"cores", p.cores}, {"interface", p.interface}, {"ip", p.ip}}},
               {"topo", where.source == "detected" ? std::string() : where.fingerprint},
-              {"topo_source", where.source}};
+              {"topo_source", where.source},
+              // Ranks of one host lay out and choose their same-host algorithms by these.
+              {"shm", fmt::format("CHOIR_SHM_SLOT_BYTES={} CHOIR_SHM_PIPE_BYTES={}", params::GetBytes(params::Id::kShmSlotBytes),
+                                  params::GetBytes(params::Id::kShmPipeBytes))}};
 }
 
 // The place a peer published (host: its host id).
@@ -242,6 +245,11 @@ Result<transport::PeerInfo> CheckHello(const std::string& text, const json& mine
       };
       return Status(Code::kClusterMismatch, who + " " + describe(h) + " but this rank " + describe(mine) +
                                                 "; give every rank the same CHOIR_TOPO_FILE");
+    }
+    if (h.value("host", std::string()) == mine["host"] && h.value("shm", std::string()) != mine["shm"]) {
+      return Status(Code::kClusterMismatch, who + " on this host uses " + h.value("shm", std::string("?")) +
+                                                " but this rank " + mine["shm"].get<std::string>() +
+                                                "; give every rank of a host the same values");
     }
     if (h.at("build") != mine["build"]) {
       CHOIR_LOG(Warn, INIT, "{} was built as '{}', this rank as '{}'", who,

@@ -125,6 +125,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
                                                const ConnectOptions& options) {
   const int n = static_cast<int>(peers.size());
   const Deadline deadline = options.deadline;
+  CHOIR_RETURN_IF_ERROR(Segment::CheckSizes(options.ring_bytes, options.area_slot_bytes, options.area_pipe_bytes));
   CHOIR_ASSIGN_OR_RETURN(ShmPlan plan, PlanShm(peers));
   CHOIR_RETURN_IF_ERROR(CheckReachable(peers, rank));
   const std::vector<int>& my_shm = plan.shm_peers[static_cast<size_t>(rank)];

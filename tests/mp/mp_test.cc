@@ -80,6 +80,12 @@ std::vector<std::string> Launch(int n, const std::vector<std::string>& program, 
   return argv;
 }
 
+int Count(const std::string& hay, const std::string& needle) {
+  int n = 0;
+  for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
+  return n;
+}
+
 bool Contains(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }
@@ -234,5 +240,19 @@ TEST(EnvironmentTest, DifferentTopologyFilesAreAClusterMismatch) {
   EXPECT_TRUE(Contains(o.out, "choir_topo_rank0.json")) << o.out;
   EXPECT_TRUE(Contains(o.out, "choir_topo_rank1.json")) << o.out;
   EXPECT_TRUE(Contains(o.out, "give every rank the same CHOIR_TOPO_FILE")) << o.out;
+  EXPECT_NE(o.exit_code, 0);
+}
+
+// Ranks of one host that lay out their shared memory differently would read
+// each other's pipes at the wrong offsets: refused at creation on every rank.
+TEST(EnvironmentTest, DifferentSharedMemorySizesOnOneHostAreAClusterMismatch) {
+  const std::string script = "CHOIR_SHM_PIPE_BYTES=$((64 + RANK * 64))K exec \"$0\" create";
+  const Outcome o = RunCommand(Launch(2, {"/bin/sh", "-c", script, FAULT_RANK_BIN}),
+                               {{"CHOIR_TIMEOUT", "20"}, {"CHOIR_TRANSPORT", "shm"}}, 60);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_EQ(Count(o.out, "RESULT E604"), 2) << o.out;
+  EXPECT_TRUE(Contains(o.out, "CHOIR_SHM_PIPE_BYTES=65536")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "CHOIR_SHM_PIPE_BYTES=131072")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "give every rank of a host the same values")) << o.out;
   EXPECT_NE(o.exit_code, 0);
 }

@@ -49,9 +49,7 @@ RingCtl* Segment::ring_ctl(int slot) const {
                                     static_cast<size_t>(slot) * SlotBytes(ring_bytes()));
 }
 
-Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int rank, int num_slots,
-                                                 size_t ring_bytes, size_t area_slot_bytes,
-                                                 size_t area_pipe_bytes, uint64_t token) {
+Status Segment::CheckSizes(size_t ring_bytes, size_t area_slot_bytes, size_t area_pipe_bytes) {
   if (ring_bytes < 4096 || ring_bytes % 64 != 0) {
     return Status(Code::kInvalidSetting, "CHOIR_SHM_RING_BYTES must be a multiple of 64 and at least 4096, got " +
                                              std::to_string(ring_bytes));
@@ -61,9 +59,16 @@ Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int ra
                                              std::to_string(area_slot_bytes));
   }
   if (area_pipe_bytes > (1u << 30) || area_pipe_bytes % 4096 != 0) {
-    return Status(Code::kInvalidSetting, "CHOIR_SHM_PIPE_BYTES must be a multiple of 4096 and at most 1G, got " +
+    return Status(Code::kInvalidSetting, "CHOIR_SHM_PIPE_BYTES must be 0 or a multiple of 4096 up to 1G, got " +
                                              std::to_string(area_pipe_bytes));
   }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int rank, int num_slots,
+                                                 size_t ring_bytes, size_t area_slot_bytes,
+                                                 size_t area_pipe_bytes, uint64_t token) {
+  CHOIR_RETURN_IF_ERROR(CheckSizes(ring_bytes, area_slot_bytes, area_pipe_bytes));
   const size_t bytes = TotalBytes(num_slots, ring_bytes, area_slot_bytes, area_pipe_bytes);
   Fd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd.valid()) return ShmFailure(errno, "shm_open(" + name + ", create)");

@@ -81,6 +81,9 @@ class Segment {
   // Removes the name from /dev/shm (mappings stay valid). Idempotent.
   void Unlink();
 
+  // The sizes' validity (InvalidSetting naming the variable), checked on
+  // every rank whether or not it has local peers.
+  static Status CheckSizes(size_t ring_bytes, size_t area_slot_bytes, size_t area_pipe_bytes);
   static size_t TotalBytes(int num_slots, size_t ring_bytes, size_t area_slot_bytes, size_t area_pipe_bytes);
 
  private:
