@@ -137,8 +137,9 @@
     "setting that matches nothing, a rejected setting.",                                        \
     "Read the FAIL lines of the report: each names the cause and the fix; rerun doctor.")       \
   X(ClusterMismatch, 604, false, "Hosts of a job differ in version, build, settings or system.",   \
-    "Version drift after a partial upgrade; a setting exported on some hosts only; different " \
-    "kernels or MTUs.",                                                                         \
+    "Version drift after a partial upgrade; a setting exported on some hosts only (or, for "   \
+    "CHOIR_TOPO_FILE and the shared-memory sizes, on some ranks of a host); different kernels " \
+    "or MTUs.",                                                                                 \
     "Make the listed keys equal on every host (`choir doctor --cluster` prints each "          \
     "difference with the hosts on each side), then rerun.")                                    \
   X(ProbeFailed, 605, true, "`choir probe` could not finish its collectives within the deadline.", \
