@@ -425,6 +425,9 @@ int ChoirWork::sourceRank() const {
 std::vector<at::Tensor> ChoirWork::result() { return outputs_; }
 
 bool ChoirWork::wait(std::chrono::milliseconds timeout) {
+  if (timeout == kNoTimeout) {
+    for (const choir::Work& w : issued_) (void)w.Wait();  // outcomes arrive through Finish()
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == kNoTimeout) {
     cv_.wait(lock, [&] { return completed_; });
@@ -604,6 +607,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::Issue(Call& call) {
       completion->Done(s, w.info().source_rank);
     });
   }
+  work->SetIssued(std::move(works));
   return work;
 }
 

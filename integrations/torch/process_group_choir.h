@@ -91,9 +91,14 @@ class ChoirWork : public c10d::Work {
   // Records the outcome; called once, by whichever thread finishes the last
   // choir operation.
   void Finish(const Status& status, int source_rank);
+  // The choir operations behind this Work, set once before it is returned:
+  // wait() waits on them first, which runs them on the waiting thread when
+  // the progress thread has not taken them yet (no thread hand-off).
+  void SetIssued(std::vector<choir::Work> issued) { issued_ = std::move(issued); }
 
  private:
   const std::vector<at::Tensor> outputs_;
+  std::vector<choir::Work> issued_;
   int source_rank_ = -1;                              // guarded by mutex_
   c10::intrusive_ptr<c10::ivalue::Future> future_;    // guarded by mutex_
 };

@@ -15,7 +15,7 @@ CommImpl::CommImpl(std::shared_ptr<Store> store, std::shared_ptr<Store> scoped, 
                    CommConfig config)
     : store_(std::move(store)), scoped_(std::move(scoped)), rank_(rank), size_(size), config_(std::move(config)) {}
 
-CommImpl::~CommImpl() { engine_.Drain(); }
+CommImpl::~CommImpl() { engine_->Drain(); }
 
 Status CommImpl::sticky() const {
   if (!failed_.load(std::memory_order_acquire)) return Status::Ok();
@@ -44,9 +44,14 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
   Work work(state);
   const bool p2p = args.kind == CollKind::kSend || args.kind == CollKind::kRecv;
   const bool small = args.SelectionBytes(size_) <= config_.async_bytes;
-  if ((small || p2p) && engine_.TryRunInline([&] { Execute(args, options, *state); })) return work;
-  engine_.Submit([this, args = std::move(args), options, state]() mutable { Execute(args, options, *state); },
-                 false);
+  if ((small || p2p) && engine_->TryRunInline([&] { Execute(args, options, *state); })) return work;
+  // A thread that waits for this operation before the progress thread took
+  // it runs it (and anything queued before it) itself.
+  state->help = [engine = std::weak_ptr<Engine>(engine_), raw = state.get()] {
+    if (auto e = engine.lock()) e->Help([raw] { return raw->done.load(std::memory_order_acquire); });
+  };
+  engine_->Submit([this, args = std::move(args), options, state]() mutable { Execute(args, options, *state); },
+                  false);
   return work;
 }
 
@@ -155,8 +160,8 @@ void CommImpl::Abort(const std::string& reason) {
   }
   // Stop a running operation; whoever holds the engine tells the peers.
   endpoint_->RequestAbort(s);
-  if (!engine_.TryRunExclusive([&] { endpoint_->BroadcastAbort(s); })) {
-    engine_.Submit([this, s] { endpoint_->BroadcastAbort(s); }, false);
+  if (!engine_->TryRunExclusive([&] { endpoint_->BroadcastAbort(s); })) {
+    engine_->Submit([this, s] { endpoint_->BroadcastAbort(s); }, false);
   }
 }
 

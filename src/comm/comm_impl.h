@@ -125,7 +125,8 @@ class CommImpl {
 
   // Declared last: destroyed first, so queued operations finish while the
   // endpoint still exists.
-  Engine engine_;
+  // Shared so that a Work's helper (Work::State::help) can hold it weakly.
+  std::shared_ptr<Engine> engine_ = std::make_shared<Engine>();
 };
 
 // Mismatch reports and stall checks for one collective.

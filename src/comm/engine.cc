@@ -41,6 +41,20 @@ void Engine::Submit(Task task, bool may_run_inline) {
 
 bool Engine::TryRunExclusive(const Task& task) { return TryRunInline(task); }
 
+void Engine::Help(const std::function<bool()>& done) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!done() && !busy_ && !queue_.empty()) {
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    task();
+    lock.lock();
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
 void Engine::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return !busy_ && queue_.empty(); });

@@ -4,7 +4,10 @@
 // An operation issued while nothing is queued or running, and no larger than
 // the async threshold (CHOIR_ASYNC_BYTES), runs right away on the caller's
 // thread: small collectives pay no thread hand-off. Everything else is queued
-// for the communicator's progress thread, started on first need.
+// for the communicator's progress thread, started on first need. A thread
+// that waits for a queued operation helps: while the engine is idle it runs
+// the queued operations itself, in order, until its own is done, so the
+// common "issue, then wait" pattern pays no hand-off either.
 //
 // Thread-safety: Submit and RunExclusive may be called from any thread.
 #ifndef CHOIR_COMM_ENGINE_H_
@@ -46,6 +49,10 @@ class Engine {
     cv_.notify_all();
     return true;
   }
+  // Runs queued tasks on this thread, oldest first, while `done()` is false
+  // and no task is running elsewhere. Returns when done() or when it cannot
+  // help (the progress thread is running one, or nothing is queued).
+  void Help(const std::function<bool()>& done);
   // Blocks until every submitted task has run.
   void Drain();
 

@@ -5,6 +5,7 @@ namespace choir {
 Status Work::Wait() const {
   if (!state_) return Status::Ok();
   if (state_->done.load(std::memory_order_acquire)) return state_->status;
+  if (state_->help) state_->help();
   std::unique_lock<std::mutex> lock(state_->mu);
   state_->cv.wait(lock, [&] { return state_->done.load(std::memory_order_acquire); });
   return state_->status;

@@ -22,6 +22,9 @@ struct Work::State {
   Status status;
   WorkInfo info;
   std::vector<std::function<void(const Status&)>> callbacks;  // Work::Then
+  // Set for queued operations: runs queued work on the waiting thread while
+  // the engine is idle (Engine::Help). Never called with `mu` held.
+  std::function<void()> help;
 
   // Callbacks run before waiters are released, so that once Wait() returns
   // every callback registered before completion has finished.
