@@ -215,8 +215,10 @@ bool PipeUsable(const GroupView& g, const OpArgs& a) {
                            ? a.count * static_cast<size_t>(g.size)
                            : a.count;
   if (!PipeFits(g.pipe_bytes, g.size, es, total / static_cast<size_t>(g.size) + 1)) return false;
-  // With single copy available, cma is faster below kPipeMinBytes.
-  return !g.cma || total * es >= kPipeMinBytes;
+  // With single copy available, cma is faster below kPipeMinBytes (twice
+  // that for allgather, whose small blocks cma pushes from the owner's cache).
+  const size_t min_bytes = a.kind == CollKind::kAllgather ? 2 * kPipeMinBytes : kPipeMinBytes;
+  return !g.cma || total * es >= min_bytes;
 }
 
 }  // namespace choir::algorithms
