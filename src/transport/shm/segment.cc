@@ -26,7 +26,7 @@ Status ShmFailure(int err, const std::string& what) {
   std::string hint;
   if (err == ENOSPC || err == ENOMEM || err == EFBIG) {
     hint = "; /dev/shm is full or too small (containers default to 64 MB: use --shm-size), "
-           "lower CHOIR_SHM_RING_BYTES or use CHOIR_TRANSPORT=tcp";
+           "lower CHOIR_SHM_RING_BYTES or CHOIR_SHM_PIPE_BYTES, or use CHOIR_TRANSPORT=tcp";
   } else if (err == ENOENT) {
     hint = "; the peer's segment is not visible here: ranks with the same host id must share "
            "/dev/shm (give each host its own CHOIR_HOST_ID, or use CHOIR_TRANSPORT=tcp)";
