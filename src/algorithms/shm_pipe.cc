@@ -14,6 +14,8 @@
 // peers and one result. A rank overwrites a parity only after every peer has
 // consumed the step that used it before (AreaCtl::consumed); progress
 // counters (2k+1: inputs staged, 2k+2: result staged) order A, B and C.
+// Allgather is the same walk with one chunk per half: each rank stages chunk
+// k of its block (progress k+1) and copies chunk k of every peer's block.
 //
 // Against cma, which copies through the kernel (process_vm_readv runs at
 // ~5.5 GB/s per core here), every copy is a user-space vector copy of data
@@ -44,10 +46,10 @@ size_t ChunkAt(const Block& slice, size_t k, size_t chunk) {
   return start >= slice.count ? 0 : std::min(chunk, slice.count - start);
 }
 
-// Reduce-scatter of `in` over `slices` into `out` (slice r of this rank's
-// result at out + slices[r].offset); with `gather`, also the allgather of the
-// results (out is then the whole buffer). `average` finishes ReduceOp::kAvg
-// (the hierarchical steps average once at their end instead).
+// Reduce-scatter of `in` over `slices`: this rank's slice of the result at
+// `out`. With `gather`, also the allgather of the results: `out` is then the
+// whole buffer and every slice lands at its offset. `average` finishes
+// ReduceOp::kAvg (the hierarchical steps average once at their end instead).
 Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& slices, bool gather, bool average) {
   AreaOp op(c);
   // One published empty payload checks that every rank runs this collective.
