@@ -181,7 +181,7 @@ Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<P
 Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes) {
   Context& c = op.ctx();
   c.CountSharedRead(p, bytes);
-  if (bytes < kStreamingBytes) return ReadRemote(op.pid(p), c.CommRank(p), dst, remote, bytes);
+  if (bytes < kDirectCopyMaxBytes) return ReadRemote(op.pid(p), c.CommRank(p), dst, remote, bytes);
   CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(kCmaChunkBytes));
   for (size_t done = 0; done < bytes; done += kCmaChunkBytes) {
     const size_t m = std::min(kCmaChunkBytes, bytes - done);

@@ -96,8 +96,9 @@ struct PeerBuffers {
 Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<PeerBuffers>* all,
                          const std::vector<uint64_t>& table = {},
                          std::vector<std::vector<uint64_t>>* tables = nullptr);
-// Copies `bytes` from local rank p's memory at `remote` into `dst`; large
-// copies go through a cache-resident buffer and streaming stores.
+// Copies `bytes` from local rank p's memory at `remote` into `dst`: straight
+// into dst below kDirectCopyMaxBytes, through a cache-resident buffer and
+// streaming stores beyond.
 Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes);
 // dst = combination over every local rank of the `elems` elements at byte
 // offset `offset` of their `send` buffers (this rank's from `own`), chunk by
@@ -111,6 +112,10 @@ Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const u
 
 inline constexpr size_t kCmaChunkBytes = 512 * 1024;   // per peer: fits the L2 cache
 inline constexpr size_t kStreamingBytes = 4u << 20;     // larger outputs bypass the caches
+// One kernel copy straight into the destination measured faster than a copy
+// through the cache plus streaming stores up to 32-64 MiB (broadcast 16 MiB:
+// 15-17 against 11-14 GB/s; docs/performance.md).
+inline constexpr size_t kDirectCopyMaxBytes = 64u << 20;
 inline constexpr size_t kPipeMinBytes = 4u << 20;        // shm_pipe before cma from here on
 inline constexpr size_t kRootShareMinBytes = 256 * 1024;  // a broadcast root writes a share from here on
 

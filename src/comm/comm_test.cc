@@ -367,6 +367,27 @@ TEST(CommPipeTest, DefaultSelectionAndLargeBuffers) {
   }
 }
 
+// Copies from a peer of 64 MiB and more go through a cache-resident buffer
+// with streaming stores (CopyFromPeer): a broadcast that takes that path.
+TEST(CommLargeTest, CmaCopyBeyondTheDirectLimitMatchesReference) {
+  auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    SweepOptions so;
+    so.ops = {"broadcast"};
+    so.dtypes = {DataType::kFloat32};
+    so.counts = {17000003};  // 68 MB
+    so.in_place = false;
+    so.algorithm = "cma";
+    auto cases = RunSweep(comm, so);
+    if (!cases.ok()) return cases.status();
+    if (cases->empty()) return Status(Code::kInternal, "no case ran");
+    for (const SweepCase& c : *cases) {
+      if (!c.ok) return Status(Code::kInternal, c.op + " count " + std::to_string(c.count) + ": " + c.error);
+    }
+    return Status::Ok();
+  }, Opts("shm", 120s));
+  ExpectAllOk(results);
+}
+
 TEST(CommFailureTest, LocalValidationCodes) {
   auto results = RunRanks(1, [](Communicator& comm) -> Status {
     std::vector<int32_t> v(4);
