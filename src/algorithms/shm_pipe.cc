@@ -17,10 +17,10 @@
 // Allgather is the same walk with one chunk per half: each rank stages chunk
 // k of its block (progress k+1) and copies chunk k of every peer's block.
 //
-// Against cma, which copies through the kernel (process_vm_readv runs at
-// ~5.5 GB/s per core here), every copy is a user-space vector copy of data
-// that is still in a cache, and the memory traffic is the minimum: read the
-// input once, write the output once. Reductions combine the ranks in rank
+// Against cma, which copies through the kernel (process_vm_readv ran at
+// 5.3-5.6 GB/s per core here: docs/performance.md), every copy is a
+// user-space vector copy of data that is still in a cache, and the memory
+// traffic is the minimum: read the input once, write the output once. Reductions combine the ranks in rank
 // order, so every rank gets bit-identical results.
 #include <algorithm>
 #include <vector>
@@ -41,6 +41,33 @@ size_t PipeChunkElems(size_t pipe_bytes, int n, size_t es) {
   return bytes / es;
 }
 
+// How a rank walks `blocks` in chunks of `chunk` elements.
+struct Walk {
+  uint64_t steps;  // the same on every rank: the largest block decides
+  bool streaming;  // outputs large enough for streaming stores
+};
+
+// Checks that the pipe carries `blocks` and that every local rank runs this
+// collective (one published empty payload: its signature is compared), and
+// returns the walk.
+Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk) {
+  const size_t es = op.ctx().elem_size();
+  size_t most = 0;
+  size_t total = 0;
+  for (const Block& b : blocks) {
+    most = std::max(most, b.count);
+    total += b.count;
+  }
+  if (!PipeFits(op.pipe_bytes(), op.size(), es, most)) {
+    return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
+  }
+  CHOIR_RETURN_IF_ERROR(op.Acquire());
+  op.Publish(0);
+  CHOIR_RETURN_IF_ERROR(op.WaitAll());
+  op.FinishReads();
+  return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes};
+}
+
 size_t ChunkAt(const Block& slice, size_t k, size_t chunk) {
   const size_t start = k * chunk;
   return start >= slice.count ? 0 : std::min(chunk, slice.count - start);
@@ -52,35 +79,20 @@ size_t ChunkAt(const Block& slice, size_t k, size_t chunk) {
 // ReduceOp::kAvg (the hierarchical steps average once at their end instead).
 Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& slices, bool gather, bool average) {
   AreaOp op(c);
-  // One published empty payload checks that every rank runs this collective.
-  CHOIR_RETURN_IF_ERROR(op.Acquire());
-  op.Publish(0);
-  CHOIR_RETURN_IF_ERROR(op.WaitAll());
-  op.FinishReads();
-
   const int n = op.size();
   const int me = op.me();
   const size_t es = c.elem_size();
   const size_t chunk = PipeChunkElems(op.pipe_bytes(), n, es);
   const size_t chunk_bytes = chunk * es;
-  size_t most = 0;
-  size_t total = 0;
-  for (const Block& b : slices) {
-    most = std::max(most, b.count);
-    total += b.count;
-  }
-  if (!PipeFits(op.pipe_bytes(), n, es, most)) {
-    return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
-  }
-  const uint64_t steps = (most + chunk - 1) / chunk;
-  const bool streaming = total * es >= kStreamingBytes;
+  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, slices, chunk));
+  const bool streaming = walk.streaming;
   const Block& mine = slices[static_cast<size_t>(me)];
   uint8_t* my_out = gather ? out + mine.offset * es : out;
   auto stage = [&](int owner, uint64_t k, int part) {
     return op.pipe(owner) + ((k & 1) * static_cast<size_t>(n) + static_cast<size_t>(part)) * chunk_bytes;
   };
   std::vector<const void*> srcs(static_cast<size_t>(n));
-  for (uint64_t k = 0; k < steps; ++k) {
+  for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
     // A. my input for every peer's slice.
     for (int q = 0; q < n; ++q) {
@@ -131,29 +143,15 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
 // chunk k of every peer's block out of theirs.
 Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& blocks) {
   AreaOp op(c);
-  CHOIR_RETURN_IF_ERROR(op.Acquire());
-  op.Publish(0);
-  CHOIR_RETURN_IF_ERROR(op.WaitAll());
-  op.FinishReads();
-
   const int n = op.size();
   const int me = op.me();
   const size_t es = c.elem_size();
   const size_t chunk = op.pipe_bytes() / 2 / 64 * 64 / es;
-  size_t most = 0;
-  size_t total = 0;
-  for (const Block& b : blocks) {
-    most = std::max(most, b.count);
-    total += b.count;
-  }
-  if (!PipeFits(op.pipe_bytes(), n, es, most)) {
-    return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
-  }
-  const uint64_t steps = (most + chunk - 1) / chunk;
-  const bool streaming = total * es >= kStreamingBytes;
+  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, blocks, chunk));
+  const bool streaming = walk.streaming;
   const Block& mine = blocks[static_cast<size_t>(me)];
   auto stage = [&](int owner, uint64_t k) { return op.pipe(owner) + (k & 1) * chunk * es; };
-  for (uint64_t k = 0; k < steps; ++k) {
+  for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
     const size_t m = ChunkAt(mine, k, chunk);
     const uint8_t* src = own + k * chunk * es;

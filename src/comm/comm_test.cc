@@ -33,24 +33,32 @@ void ExpectAllOk(const std::vector<testing::RankResult>& results) {
   }
 }
 
+// Runs the sweep on this rank and checks every case against its reference:
+// at least `min_cases` ran, each with `want_algorithm` when one is given.
+Status CheckSweep(Communicator& comm, const SweepOptions& so, const std::string& want_algorithm = "",
+                  size_t min_cases = 1) {
+  auto cases = RunSweep(comm, so);
+  if (!cases.ok()) return cases.status();
+  if (cases->size() < min_cases) return Status(Code::kInternal, "only " + std::to_string(cases->size()) + " cases ran");
+  for (const SweepCase& c : *cases) {
+    const std::string what = c.op + " " + c.dtype + " " + c.reduce_op + " count " + std::to_string(c.count) +
+                             (c.in_place ? " in-place" : "");
+    if (!want_algorithm.empty() && c.algorithm != want_algorithm) {
+      return Status(Code::kInternal, what + " ran " + c.algorithm + ", not " + want_algorithm);
+    }
+    if (!c.ok) return Status(Code::kInternal, what + ": " + c.error);
+  }
+  return Status::Ok();
+}
+
 class SweepTest : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(SweepTest, EveryCollectiveMatchesReference) {
   const auto [n, transport] = GetParam();
   SweepOptions so;
   so.counts = {0, 1, 5, 1000, 20000};
-  auto results = RunRanks(n, [&](Communicator& comm) -> Status {
-    auto cases = RunSweep(comm, so);
-    if (!cases.ok()) return cases.status();
-    for (const auto& c : *cases) {
-      if (!c.ok) {
-        return Status(Code::kInternal, c.op + " " + c.dtype + " " + c.reduce_op + " count " +
-                                           std::to_string(c.count) + (c.in_place ? " in-place" : "") +
-                                           ": " + c.error);
-      }
-    }
-    return Status::Ok();
-  }, Opts(transport));
+  auto results = RunRanks(n, [&](Communicator& comm) -> Status { return CheckSweep(comm, so, "", 0); },
+                          Opts(transport));
   ExpectAllOk(results);
 }
 
@@ -255,13 +263,7 @@ TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
       so.in_place = true;
       so.all_reduce_ops = false;
       so.algorithm = "cma";
-      auto cases = RunSweep(comm, so);
-      if (!cases.ok()) return cases.status();
-      if (cases->empty()) return Status(Code::kInternal, "no case ran");
-      for (const SweepCase& c : *cases) {
-        if (!c.ok) return Status(Code::kInternal, c.op + " count " + std::to_string(c.count) + ": " + c.error);
-      }
-      return Status::Ok();
+      return CheckSweep(comm, so);
     }, Opts("shm", 60s));
     ExpectAllOk(results);
   }
@@ -279,17 +281,7 @@ TEST(CommPipeTest, TinyPipeWithoutCmaMatchesReference) {
       so.ops = {"allreduce", "reduce_scatter", "allgather"};
       so.counts = {0, 1, 5, 1000, 4099, 70001};
       so.algorithm = "shm_pipe";
-      auto cases = RunSweep(comm, so);
-      if (!cases.ok()) return cases.status();
-      if (cases->size() < 50) return Status(Code::kInternal, "only " + std::to_string(cases->size()) + " cases ran");
-      for (const SweepCase& c : *cases) {
-        if (c.algorithm != "shm_pipe") return Status(Code::kInternal, c.op + " ran " + c.algorithm);
-        if (!c.ok) {
-          return Status(Code::kInternal, c.op + " " + c.dtype + " " + c.reduce_op + " count " +
-                                             std::to_string(c.count) + ": " + c.error);
-        }
-      }
-      return Status::Ok();
+      return CheckSweep(comm, so, "shm_pipe", 50);
     }, Opts("shm", 120s));
     ExpectAllOk(results);
   }
@@ -318,13 +310,7 @@ TEST(CommPipeTest, HierarchicalStepsWithoutCmaMatchReference) {
       so.counts = {7, 5000, 70001};
       so.algorithm = "hier";
       so.reduce_ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
-      auto cases = RunSweep(comm, so);
-      if (!cases.ok()) return cases.status();
-      if (cases->empty()) return Status(Code::kInternal, "no case ran");
-      for (const SweepCase& c : *cases) {
-        if (!c.ok) return Status(Code::kInternal, c.op + " " + c.dtype + " count " + std::to_string(c.count) + ": " + c.error);
-      }
-      return Status::Ok();
+      return CheckSweep(comm, so);
     }, Opts("auto", 120s));
     ExpectAllOk(results);
     std::remove(path.c_str());
@@ -344,7 +330,7 @@ TEST(CommPipeTest, BadPipeSizeIsAnInvalidSettingNamingIt) {
 }
 
 // Without process_vm_readv the default large-message path is shm_pipe; with
-// it, shm_pipe takes allreduce and allgather from 4 MiB on (default pipe).
+// it, shm_pipe takes allreduce from 4 MiB and allgather from 8 MiB (default pipe).
 TEST(CommPipeTest, DefaultSelectionAndLargeBuffers) {
   for (const char* cma : {"off", "auto"}) {
     params::ScopedOverride allow("CHOIR_SHM_CMA", cma);
@@ -354,14 +340,7 @@ TEST(CommPipeTest, DefaultSelectionAndLargeBuffers) {
       so.dtypes = {DataType::kFloat32, DataType::kBFloat16};
       so.counts = {2200001};  // 8.8 MB of float32, 4.4 MB of bfloat16
       so.all_reduce_ops = false;
-      auto cases = RunSweep(comm, so);
-      if (!cases.ok()) return cases.status();
-      if (cases->empty()) return Status(Code::kInternal, "no case ran");
-      for (const SweepCase& c : *cases) {
-        if (!c.ok) return Status(Code::kInternal, c.op + " " + c.dtype + ": " + c.error);
-        if (c.algorithm != "shm_pipe") return Status(Code::kInternal, std::string("cma=") + cma + ": " + c.op + " ran " + c.algorithm);
-      }
-      return Status::Ok();
+      return CheckSweep(comm, so, "shm_pipe").WithContext(std::string("CHOIR_SHM_CMA=") + cma);
     }, Opts("shm", 60s));
     ExpectAllOk(results);
   }
@@ -377,13 +356,7 @@ TEST(CommLargeTest, CmaCopyBeyondTheDirectLimitMatchesReference) {
     so.counts = {17000003};  // 68 MB
     so.in_place = false;
     so.algorithm = "cma";
-    auto cases = RunSweep(comm, so);
-    if (!cases.ok()) return cases.status();
-    if (cases->empty()) return Status(Code::kInternal, "no case ran");
-    for (const SweepCase& c : *cases) {
-      if (!c.ok) return Status(Code::kInternal, c.op + " count " + std::to_string(c.count) + ": " + c.error);
-    }
-    return Status::Ok();
+    return CheckSweep(comm, so);
   }, Opts("shm", 120s));
   ExpectAllOk(results);
 }

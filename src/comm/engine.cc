@@ -26,12 +26,7 @@ Engine::~Engine() {
 void Engine::Submit(Task task, bool may_run_inline) {
   std::unique_lock<std::mutex> lock(mu_);
   if (may_run_inline && !busy_ && queue_.empty()) {
-    busy_ = true;
-    lock.unlock();
-    task();
-    lock.lock();
-    busy_ = false;
-    cv_.notify_all();
+    RunAsTheBusyOne(lock, task);
     return;
   }
   queue_.push_back(std::move(task));
@@ -46,12 +41,7 @@ void Engine::Help(const std::function<bool()>& done) {
   while (!done() && !busy_ && !queue_.empty()) {
     Task task = std::move(queue_.front());
     queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    task();
-    lock.lock();
-    busy_ = false;
-    cv_.notify_all();
+    RunAsTheBusyOne(lock, task);
   }
 }
 
@@ -70,12 +60,7 @@ void Engine::Loop() {
     }
     Task task = std::move(queue_.front());
     queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    task();
-    lock.lock();
-    busy_ = false;
-    cv_.notify_all();
+    RunAsTheBusyOne(lock, task);
   }
 }
 

@@ -41,12 +41,7 @@ class Engine {
   bool TryRunInline(F&& f) {
     std::unique_lock<std::mutex> lock(mu_);
     if (busy_ || !queue_.empty()) return false;
-    busy_ = true;
-    lock.unlock();
-    f();
-    lock.lock();
-    busy_ = false;
-    cv_.notify_all();
+    RunAsTheBusyOne(lock, f);
     return true;
   }
   // Runs queued tasks on this thread, oldest first, while `done()` is false
@@ -58,6 +53,17 @@ class Engine {
 
  private:
   void Loop();
+  // Runs f() as the one operation in progress: marks the engine busy, drops
+  // `lock` (held on mu_) around f, then wakes whoever waits for the engine.
+  template <typename F>
+  void RunAsTheBusyOne(std::unique_lock<std::mutex>& lock, F& f) {
+    busy_ = true;
+    lock.unlock();
+    f();
+    lock.lock();
+    busy_ = false;
+    cv_.notify_all();
+  }
 
   std::mutex mu_;
   std::condition_variable cv_;
