@@ -285,10 +285,18 @@ Status Endpoint::WaitLocal(const std::function<bool(int)>& owes, const RunHooks&
   int64_t last_check = start;
   int64_t last_stall = start;
   SegmentHeader* h = own_segment_ ? own_segment_->header() : nullptr;
+  // Busy-polls in bursts only while the policy says spin: once a rank yields
+  // (always, when ranks outnumber cores) a burst of pauses would only delay
+  // handing the core to the peer being waited for.
+  bool spinning = policy_.spin_ns > 0;
   while (true) {
-    for (int i = 0; i < 64; ++i) {
-      if (ready()) return Status::Ok();
-      _mm_pause();
+    if (spinning) {
+      for (int i = 0; i < 64; ++i) {
+        if (ready()) return Status::Ok();
+        _mm_pause();
+      }
+    } else if (ready()) {
+      return Status::Ok();
     }
     if (abort_requested_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(g_abort_mu);
@@ -324,7 +332,8 @@ Status Endpoint::WaitLocal(const std::function<bool(int)>& owes, const RunHooks&
       CHOIR_RETURN_IF_ERROR(hooks.observer->Stall(static_cast<double>(now - start) * 1e-9));
     }
     const WaitPolicy::Step step = policy_.Next(now - start);
-    if (step == WaitPolicy::Step::kSpin) continue;
+    spinning = step == WaitPolicy::Step::kSpin;
+    if (spinning) continue;
     if (step == WaitPolicy::Step::kYield || h == nullptr) {
       sched_yield();
       continue;
