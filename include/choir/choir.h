@@ -4,6 +4,7 @@
 
 #include "choir/communicator.h"
 #include "choir/settings.h"
+#include "choir/shared_buffer.h"
 #include "choir/status.h"
 #include "choir/store.h"
 #include "choir/types.h"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "choir/communicator.h"
+#include "choir/shared_buffer.h"
 
 namespace choir {
 
@@ -31,6 +32,7 @@ struct SweepOptions {
   bool all_reduce_ops = true;        // every applicable reduce op (else sum only)
   std::vector<ReduceOp> reduce_ops;  // if set: exactly these (where applicable)
   std::string algorithm;             // force an algorithm (CallOptions::algorithm)
+  bool shared_buffers = false;       // buffers from choir::SharedBuffer instead of the heap
   std::chrono::milliseconds timeout{0};  // per collective; 0 = communicator default
   bool stop_on_failure = false;
 };

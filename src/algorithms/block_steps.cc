@@ -86,28 +86,34 @@ Status RingAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
 Status CmaAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
   AreaOp op(c);
   std::vector<PeerBuffers> bufs;
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, buf, buf, &bufs));
+  uint8_t* own = buf + blocks[static_cast<size_t>(c.rank())].offset * c.elem_size();
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, own, buf, &bufs));
+  return CmaAllgatherWith(op, own, buf, blocks);
+}
+
+Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blocks& blocks) {
+  Context& c = op.ctx();
+  const std::vector<PeerBuffers>& bufs = op.peers();
   const size_t es = c.elem_size();
+  const auto& mine = blocks[static_cast<size_t>(op.me())];
+  CopyIfDistinct(buf + mine.offset * es, own, mine.count * es);
   // A block under kStreamingBytes is pushed by its owner, who has just
   // written it (process_vm_writev; about twice as fast at 256 KiB-1 MiB as
   // the reader pulling it, see docs/performance.md); a larger one is pulled
   // by each reader, whose copy can then use streaming stores. Every rank
   // derives the same choice from the block sizes.
   auto pushed = [&](int p) { return blocks[static_cast<size_t>(p)].count * es < kStreamingBytes; };
-  const auto& mine = blocks[static_cast<size_t>(op.me())];
   for (int s = 1; s < op.size(); ++s) {
     const int p = (op.me() + s) % op.size();
     if (pushed(op.me()) && mine.count > 0) {
-      CHOIR_RETURN_IF_ERROR(WriteRemote(op.pid(p), c.CommRank(p), bufs[static_cast<size_t>(p)].recv + mine.offset * es,
-                                        buf + mine.offset * es, mine.count * es));
+      CHOIR_RETURN_IF_ERROR(CopyToPeer(op, p, bufs[static_cast<size_t>(p)].recv + mine.offset * es, own, mine.count * es));
     }
     const auto& b = blocks[static_cast<size_t>(p)];
     if (pushed(p)) {
       c.CountSharedRead(p, b.count * es);  // written here by its owner
       continue;
     }
-    CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, p, buf + b.offset * es, bufs[static_cast<size_t>(p)].send + b.offset * es,
-                                       b.count * es));
+    CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, p, buf + b.offset * es, bufs[static_cast<size_t>(p)].send, b.count * es));
   }
   // Finish() also tells every rank that the pushes into its buffer are complete.
   return op.Finish();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "algorithms/context.h"
+#include "algorithms/local_ops.h"
 #include "algorithms/patterns/blocks.h"
 
 namespace choir::algorithms {
@@ -28,12 +29,20 @@ Status ReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const
 Status RingReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks);
 Status CmaReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks);
 Status PipeReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks);  // shm_pipe.cc
+// After `op` exchanged (in, out) (ExchangeAddresses; cma.cc): this rank's
+// slice of the combination of every rank's `in` over `slices`, at `out`;
+// with `gather`, `out` is the whole buffer and every slice lands at its
+// offset. `average` finishes ReduceOp::kAvg.
+Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& slices, bool gather, bool average);
 
 // In place: group rank i's block is already at buf[blocks[i]]; afterwards
 // every rank has every block.
 Status AllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
 Status RingAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
 Status CmaAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
+// The same after `op` exchanged (own, buf) (ExchangeAddresses): copies this
+// rank's block from `own` into `buf` first; peers read it from `own`.
+Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blocks& blocks);
 Status PipeAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);  // shm_pipe.cc
 // Whether a pipe of `pipe_bytes` carries blocks of up to `largest_block`
 // elements of `es` bytes between n ranks (shm_pipe.cc).

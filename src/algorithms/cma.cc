@@ -28,31 +28,45 @@ Status AllreduceCma(Context& c, const OpArgs& a) {
   AreaOp op(c);
   std::vector<PeerBuffers> bufs;
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv, &bufs));
+  return CmaReduceWith(op, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
+                       EvenBlocks(a.count, c.size()), /*gather=*/true, /*average=*/true);
+}
+
+Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& slices, bool gather, bool average) {
+  Context& c = op.ctx();
+  const std::vector<PeerBuffers>& bufs = op.peers();
   const int n = op.size();
   const size_t es = c.elem_size();
-  auto* out = static_cast<uint8_t*>(a.recv);
-  const Blocks slices = EvenBlocks(a.count, n);
   const auto& mine = slices[static_cast<size_t>(op.me())];
+  uint8_t* my_out = gather ? out + mine.offset * es : out;
+  size_t total = 0;
+  for (const auto& b : slices) total += b.count;
+  auto finish = [&](uint8_t* chunk, size_t elems) {
+    if (average) FinishAverage(c, chunk, elems);
+  };
+  if (!gather) {
+    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, in, mine.offset * es, mine.count, my_out,
+                                          [&](uint64_t, uint8_t* chunk, size_t elems) { finish(chunk, elems); }));
+    return op.Finish();
+  }
   // Below kStreamingBytes the owner of a slice pushes each combined chunk
   // into every peer's output while it is still in its cache (no gather
   // phase, no waiting on a peer's progress); beyond, the peers pull the
   // finished slices so that their copies can use streaming stores
   // (process_vm_writev's stores into the peer are not streaming and cost
   // about as much as the pull: docs/performance.md).
-  if (a.count * es < kStreamingBytes) {
-    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, static_cast<const uint8_t*>(a.send), mine.offset * es,
-                                          mine.count, out + mine.offset * es,
-                                          [&](uint64_t, uint8_t* chunk, size_t elems) { FinishAverage(c, chunk, elems); },
+  if (total * es < kStreamingBytes) {
+    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, in, mine.offset * es, mine.count, my_out,
+                                          [&](uint64_t, uint8_t* chunk, size_t elems) { finish(chunk, elems); },
                                           /*push=*/true));
     for (int p = 0; p < n; ++p) {
       if (p != op.me()) c.CountSharedRead(p, slices[static_cast<size_t>(p)].count * es);  // written here by its owner
     }
     return op.Finish();
   }
-  CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, static_cast<const uint8_t*>(a.send), mine.offset * es,
-                                        mine.count, out + mine.offset * es,
+  CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, in, mine.offset * es, mine.count, my_out,
                                         [&](uint64_t k, uint8_t* chunk, size_t elems) {
-                                          FinishAverage(c, chunk, elems);
+                                          finish(chunk, elems);
                                           op.SetProgress(k + 1);
                                         }));
   const size_t chunk = std::max<size_t>(1, kCmaChunkBytes / es);
@@ -79,11 +93,11 @@ Status ReduceScatterCma(Context& c, const OpArgs& a) {
 }
 
 Status AllgatherCma(Context& c, const OpArgs& a) {
-  const Blocks blocks = patterns::BlocksFromCounts(a.RecvCounts(c.size()));
-  const auto& mine = blocks[static_cast<size_t>(c.rank())];
-  auto* out = static_cast<uint8_t*>(a.recv);
-  CopyIfDistinct(out + mine.offset * c.elem_size(), a.send, mine.count * c.elem_size());
-  return CmaAllgatherBlocks(c, out, blocks);
+  AreaOp op(c);
+  std::vector<PeerBuffers> bufs;
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv, &bufs));
+  return CmaAllgatherWith(op, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
+                          patterns::BlocksFromCounts(a.RecvCounts(c.size())));
 }
 
 Status BroadcastCma(Context& c, const OpArgs& a) {
@@ -105,8 +119,8 @@ Status BroadcastCma(Context& c, const OpArgs& a) {
     CopyIfDistinct(a.recv, a.send, bytes);
     for (int s = 1; s < op.size() && share > 0; ++s) {
       const int p = (op.me() + s) % op.size();
-      CHOIR_RETURN_IF_ERROR(WriteRemote(op.pid(p), c.CommRank(p), bufs[static_cast<size_t>(p)].recv + head,
-                                        static_cast<const uint8_t*>(a.send) + head, share));
+      CHOIR_RETURN_IF_ERROR(CopyToPeer(op, p, bufs[static_cast<size_t>(p)].recv + head,
+                                       static_cast<const uint8_t*>(a.send) + head, share));
     }
   } else {
     CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, a.root, static_cast<uint8_t*>(a.recv),

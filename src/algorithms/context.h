@@ -98,6 +98,11 @@ class Context {
   void NoteDataArrived() const {
     if (hooks_->first_data_ns != nullptr && *hooks_->first_data_ns == 0) *hooks_->first_data_ns = NowNanos();
   }
+  // Marks that this collective reached a peer's SharedBuffer directly (shown
+  // as "+shared" after the algorithm's name).
+  void NoteSharedBuffers() const {
+    if (hooks_->shared_buffers != nullptr) *hooks_->shared_buffers = true;
+  }
   void CountSharedRead(int group_rank, uint64_t bytes) { endpoint_->CountSharedRead(CommRank(group_rank), bytes); }
   uint64_t sig_word() const { return sig_word_; }
   uint64_t sig_count() const { return sig_count_; }

@@ -159,7 +159,12 @@ Status WriteRemote(int pid, int peer_rank, uint64_t remote, const void* local, s
 Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<PeerBuffers>* all,
                          const std::vector<uint64_t>& table, std::vector<std::vector<uint64_t>>* tables) {
   CHOIR_RETURN_IF_ERROR(op.Acquire());
-  const PeerBuffers mine{reinterpret_cast<uint64_t>(send), reinterpret_cast<uint64_t>(recv)};
+  PeerBuffers mine{reinterpret_cast<uint64_t>(send), reinterpret_cast<uint64_t>(recv), {}, {}};
+  // Peers may map SharedBuffers only with the permission single copy needs.
+  if (op.ctx().local_group()->cma) {
+    mine.send_ref = transport::FindShared(send, 0);
+    mine.recv_ref = transport::FindShared(recv, 0);
+  }
   std::memcpy(op.my_data(), &mine, sizeof(mine));
   if (!table.empty()) std::memcpy(op.my_data() + sizeof(mine), table.data(), table.size() * sizeof(uint64_t));
   op.Publish(sizeof(mine) + table.size() * sizeof(uint64_t));
@@ -175,12 +180,41 @@ Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<P
     }
   }
   op.FinishReads();
+  op.set_peers(*all);
+  op.ctx().local_group()->peer_buffers.NewOperation();
   return Status::Ok();
+}
+
+Result<uint8_t*> AreaOp::Reach(int p, uint64_t remote, size_t bytes) {
+  if (static_cast<size_t>(p) >= peers_.size()) return static_cast<uint8_t*>(nullptr);
+  const PeerBuffers& b = peers_[static_cast<size_t>(p)];
+  for (const transport::SharedRef* ref : {&b.send_ref, &b.recv_ref}) {
+    if (ref->id == 0 || remote < ref->base || remote - ref->base > ref->bytes || bytes > ref->bytes - (remote - ref->base)) {
+      continue;
+    }
+    CHOIR_ASSIGN_OR_RETURN(uint8_t * base, group_->peer_buffers.Map(pid(p), group_->ranks[static_cast<size_t>(p)], *ref));
+    ctx_->NoteSharedBuffers();
+    return base + (remote - ref->base);
+  }
+  return static_cast<uint8_t*>(nullptr);
+}
+
+bool AreaOp::AllShared() const {
+  if (peers_.size() != static_cast<size_t>(size())) return false;
+  for (const PeerBuffers& b : peers_) {
+    if (b.send_ref.id == 0 || b.recv_ref.id == 0) return false;
+  }
+  return true;
 }
 
 Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes) {
   Context& c = op.ctx();
   c.CountSharedRead(p, bytes);
+  CHOIR_ASSIGN_OR_RETURN(const uint8_t* mapped, op.Reach(p, remote, bytes));
+  if (mapped != nullptr) {
+    kernels::CopyBytes(dst, mapped, bytes, /*nontemporal=*/bytes >= kStreamingBytes);
+    return Status::Ok();
+  }
   if (bytes < kDirectCopyMaxBytes) return ReadRemote(op.pid(p), c.CommRank(p), dst, remote, bytes);
   CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(kCmaChunkBytes));
   for (size_t done = 0; done < bytes; done += kCmaChunkBytes) {
@@ -188,6 +222,13 @@ Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t byt
     CHOIR_RETURN_IF_ERROR(ReadRemote(op.pid(p), c.CommRank(p), tmp, remote + done, m));
     kernels::CopyBytes(dst + done, tmp, m, /*nontemporal=*/true);
   }
+  return Status::Ok();
+}
+
+Status CopyToPeer(AreaOp& op, int p, uint64_t remote, const void* src, size_t bytes) {
+  CHOIR_ASSIGN_OR_RETURN(uint8_t* mapped, op.Reach(p, remote, bytes));
+  if (mapped == nullptr) return WriteRemote(op.pid(p), op.ctx().CommRank(p), remote, src, bytes);
+  kernels::CopyBytes(mapped, src, bytes, /*nontemporal=*/false);
   return Status::Ok();
 }
 
@@ -214,9 +255,15 @@ Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const u
         srcs[static_cast<size_t>(p)] = own + off;
         continue;
       }
-      uint8_t* buf = tmp + static_cast<size_t>(p) * chunk * es;
-      CHOIR_RETURN_IF_ERROR(ReadRemote(op.pid(p), c.CommRank(p), buf, bufs[static_cast<size_t>(p)].send + off, m * es));
+      const uint64_t remote = bufs[static_cast<size_t>(p)].send + off;
       c.CountSharedRead(p, m * es);
+      CHOIR_ASSIGN_OR_RETURN(const uint8_t* mapped, op.Reach(p, remote, m * es));
+      if (mapped != nullptr) {
+        srcs[static_cast<size_t>(p)] = mapped;
+        continue;
+      }
+      uint8_t* buf = tmp + static_cast<size_t>(p) * chunk * es;
+      CHOIR_RETURN_IF_ERROR(ReadRemote(op.pid(p), c.CommRank(p), buf, remote, m * es));
       srcs[static_cast<size_t>(p)] = buf;
     }
     uint8_t* out = dst + done * es;
@@ -231,7 +278,7 @@ Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const u
     if (streaming) kernels::CopyBytes(out, result, m * es, /*nontemporal=*/true);
     for (int s = 1; s < n; ++s) {
       const int p = (op.me() + s) % n;
-      CHOIR_RETURN_IF_ERROR(WriteRemote(op.pid(p), c.CommRank(p), bufs[static_cast<size_t>(p)].recv + off, result, m * es));
+      CHOIR_RETURN_IF_ERROR(CopyToPeer(op, p, bufs[static_cast<size_t>(p)].recv + off, result, m * es));
     }
   }
   return Status::Ok();

@@ -31,6 +31,15 @@ namespace choir::algorithms {
 // the communicator is local), which the same-host algorithms require.
 bool LocalGroupUsable(const Context& c);
 
+// Addresses of a rank's user buffers, as published in its slot, and the
+// SharedBuffers they lie in (id 0: ordinary memory).
+struct PeerBuffers {
+  uint64_t send = 0;
+  uint64_t recv = 0;
+  transport::SharedRef send_ref;
+  transport::SharedRef recv_ref;
+};
+
 class AreaOp {
  public:
   explicit AreaOp(Context& c);
@@ -62,6 +71,17 @@ class AreaOp {
   void SetConsumed(uint64_t steps);
   Status WaitConsumedByAll(uint64_t steps);
 
+  // Buffers every rank published (ExchangeAddresses).
+  const std::vector<PeerBuffers>& peers() const { return peers_; }
+  void set_peers(std::vector<PeerBuffers> peers) { peers_ = std::move(peers); }
+  // Where `bytes` at `remote` in local rank p's memory can be reached with
+  // plain loads and stores: inside a SharedBuffer p published, mapped here;
+  // null when they are ordinary memory (use process_vm_readv/writev).
+  Result<uint8_t*> Reach(int local_index, uint64_t remote, size_t bytes);
+  // True when every rank published send and receive buffers inside
+  // SharedBuffers and this host allows mapping them.
+  bool AllShared() const;
+
   int me() const { return group_->index; }
   int size() const { return group_->size(); }
   int pid(int local_index) const { return group_->pids[static_cast<size_t>(local_index)]; }
@@ -78,6 +98,7 @@ class AreaOp {
   transport::LocalGroup* group_;
   uint64_t id_;
   int parity_;
+  std::vector<PeerBuffers> peers_;
 };
 
 // Reads `bytes` at `remote` in process `pid` into `local` (process_vm_readv,
@@ -86,20 +107,20 @@ Status ReadRemote(int pid, int peer_rank, void* local, uint64_t remote, size_t b
 // The other direction (process_vm_writev): `local` into `remote` in `pid`.
 Status WriteRemote(int pid, int peer_rank, uint64_t remote, const void* local, size_t bytes);
 
-// Addresses of a rank's user buffers, as published in its slot.
-struct PeerBuffers {
-  uint64_t send = 0;
-  uint64_t recv = 0;
-};
-// Publishes this rank's buffer addresses (plus an optional table of numbers)
-// and reads every rank's, then releases the slots.
+// Publishes this rank's buffer addresses, and where they lie in SharedBuffers
+// (plus an optional table of numbers), reads every rank's into `all` and
+// op.peers(), then releases the slots.
 Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<PeerBuffers>* all,
                          const std::vector<uint64_t>& table = {},
                          std::vector<std::vector<uint64_t>>* tables = nullptr);
-// Copies `bytes` from local rank p's memory at `remote` into `dst`: straight
+// Copies `bytes` from local rank p's memory at `remote` into `dst`: with
+// plain loads from a mapped SharedBuffer, else (process_vm_readv) straight
 // into dst below kDirectCopyMaxBytes, through a cache-resident buffer and
 // streaming stores beyond.
 Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes);
+// Writes `bytes` from `src` to `remote` in local rank p's memory: plain stores
+// into a mapped SharedBuffer, else process_vm_writev.
+Status CopyToPeer(AreaOp& op, int p, uint64_t remote, const void* src, size_t bytes);
 // dst = combination over every local rank of the `elems` elements at byte
 // offset `offset` of their `send` buffers (this rank's from `own`), chunk by
 // chunk; after each chunk, on_chunk(chunk_index, result_chunk,

@@ -45,12 +45,15 @@ size_t PipeChunkElems(size_t pipe_bytes, int n, size_t es) {
 struct Walk {
   uint64_t steps;  // the same on every rank: the largest block decides
   bool streaming;  // outputs large enough for streaming stores
+  bool shared;     // every rank's buffers are SharedBuffers: no pipe needed
 };
 
 // Checks that the pipe carries `blocks` and that every local rank runs this
-// collective (one published empty payload: its signature is compared), and
-// returns the walk.
-Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk) {
+// collective (the published addresses carry its signature, which is
+// compared), and returns the walk. When every rank's `in` and `out` lie in
+// SharedBuffers (op.AllShared(), the same answer on every rank), the ranks
+// read each other's buffers directly instead (cma.cc's walks).
+Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const void* in, void* out) {
   const size_t es = op.ctx().elem_size();
   size_t most = 0;
   size_t total = 0;
@@ -61,11 +64,9 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk) {
   if (!PipeFits(op.pipe_bytes(), op.size(), es, most)) {
     return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
   }
-  CHOIR_RETURN_IF_ERROR(op.Acquire());
-  op.Publish(0);
-  CHOIR_RETURN_IF_ERROR(op.WaitAll());
-  op.FinishReads();
-  return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes};
+  std::vector<PeerBuffers> bufs;
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, out, &bufs));
+  return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes, op.AllShared()};
 }
 
 size_t ChunkAt(const Block& slice, size_t k, size_t chunk) {
@@ -84,7 +85,8 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   const size_t es = c.elem_size();
   const size_t chunk = PipeChunkElems(op.pipe_bytes(), n, es);
   const size_t chunk_bytes = chunk * es;
-  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, slices, chunk));
+  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, slices, chunk, in, out));
+  if (walk.shared) return CmaReduceWith(op, in, out, slices, gather, average);
   const bool streaming = walk.streaming;
   const Block& mine = slices[static_cast<size_t>(me)];
   uint8_t* my_out = gather ? out + mine.offset * es : out;
@@ -147,7 +149,8 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
   const int me = op.me();
   const size_t es = c.elem_size();
   const size_t chunk = op.pipe_bytes() / 2 / 64 * 64 / es;
-  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, blocks, chunk));
+  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, blocks, chunk, own, buf));
+  if (walk.shared) return CmaAllgatherWith(op, own, buf, blocks);
   const bool streaming = walk.streaming;
   const Block& mine = blocks[static_cast<size_t>(me)];
   auto stage = [&](int owner, uint64_t k) { return op.pipe(owner) + (k & 1) * chunk * es; };

@@ -78,8 +78,10 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
       }
     } else {
       info.sequence = ++seq_;
-      s = RunCollective(args, options, info.sequence, deadline, &algo_index, &first_data_ns);
+      bool shared_buffers = false;
+      s = RunCollective(args, options, info.sequence, &shared_buffers, deadline, &algo_index, &first_data_ns);
       if (algo_index >= 0) info.algorithm = algorithms::AllAlgorithms()[static_cast<size_t>(algo_index)].name;
+      if (shared_buffers) info.algorithm += "+shared";
     }
     // Relay even a peer's failure: the rank that failed first may not have
     // reached everyone (it may have died). Our own Abort() already told them.
@@ -92,7 +94,7 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
   state.Complete(std::move(s), std::move(info));
 }
 
-Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_t seq,
+Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_t seq, bool* shared_buffers,
                                Deadline deadline, int* algo_index, int64_t* first_data_ns) {
   const Signature sig = Signature::Of(args);
   const int64_t start = NowNanos();
@@ -102,6 +104,7 @@ Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_
   hooks.observer = &observer;
   hooks.stall_seconds = config_.stall_seconds;
   hooks.first_data_ns = first_data_ns;
+  hooks.shared_buffers = shared_buffers;
   Status s;
   if (config_.mismatch == MismatchCheck::kFull && size_ > 1) s = CheckSignatures(sig, seq, deadline);
   if (s.ok()) {

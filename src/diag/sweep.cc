@@ -126,18 +126,52 @@ std::vector<ReduceOp> OpsFor(DataType t, bool all) {
   return ops;
 }
 
+// A case's buffer: heap memory, or a SharedBuffer; filled with 0xA5.
+class CaseBuffer {
+ public:
+  static Result<CaseBuffer> Make(size_t bytes, bool shared) {
+    CaseBuffer b;
+    if (shared) {
+      auto s = SharedBuffer::Allocate(bytes);
+      if (!s.ok()) return s.status();
+      b.shared_ = std::move(*s);
+      b.data_ = b.shared_.as<uint8_t>();
+    } else {
+      b.heap_.resize(bytes);
+      b.data_ = b.heap_.data();
+    }
+    std::memset(b.data_, 0xA5, bytes);
+    return b;
+  }
+  uint8_t* data() const { return data_; }
+
+ private:
+  std::vector<uint8_t> heap_;
+  SharedBuffer shared_;
+  uint8_t* data_ = nullptr;
+};
+
 // One case: runs the collective on this rank, then checks the output.
 struct Runner {
   Communicator& comm;
   CallOptions call;
   int rank;
   int n;
+  bool shared_buffers;
 
   // Fills, runs and verifies; returns the collective's status and sets *error on a wrong value.
   Status Case(const std::string& op, DataType t, ReduceOp rop, size_t count, bool in_place,
               int case_index, std::string* error, std::string* algorithm, double* seconds) {
     const size_t es = DataTypeSize(t);
-    auto bytes = [&](size_t elems) { return std::vector<uint8_t>(std::max<size_t>(elems, 1) * es, 0xA5); };
+    Status alloc;
+    auto bytes = [&](size_t elems) {
+      auto b = CaseBuffer::Make(std::max<size_t>(elems, 1) * es, shared_buffers);
+      if (!b.ok()) {
+        if (alloc.ok()) alloc = b.status();
+        return CaseBuffer::Make(std::max<size_t>(elems, 1) * es, false).value();
+      }
+      return std::move(b).value();
+    };
     auto mismatch = [&](size_t i, double got, double want) {
       if (error->empty()) {
         *error = fmt::format("element {}: got {} expected {}", i, got, want);
@@ -150,6 +184,9 @@ struct Runner {
       Status s = work.Wait();
       *seconds = static_cast<double>(NowNanos() - start) * 1e-9;
       *algorithm = work.info().algorithm;
+      // A SharedBuffer that could not be had: the case ran on the heap
+      // (every rank still runs every collective) and counts as failed.
+      if (!alloc.ok() && error->empty()) *error = "SharedBuffer::Allocate: " + alloc.ToString();
       return s;
     };
 
@@ -322,7 +359,7 @@ Result<std::vector<SweepCase>> RunSweep(Communicator& comm, const SweepOptions& 
   }
   std::vector<DataType> dtypes = options.dtypes;
   if (dtypes.empty()) dtypes.assign(std::begin(kAllTypes), std::end(kAllTypes));
-  Runner runner{comm, CallOptions{options.timeout, options.algorithm}, comm.rank(), comm.size()};
+  Runner runner{comm, CallOptions{options.timeout, options.algorithm}, comm.rank(), comm.size(), options.shared_buffers};
   std::vector<SweepCase> cases;
   int case_index = 0;
   for (const std::string& op : ops) {

@@ -59,6 +59,8 @@ struct RunHooks {
   double stall_seconds = 0;  // 0 = never
   // Set (if not null and still 0) to the time the first peer data arrived.
   int64_t* first_data_ns = nullptr;
+  // Set (if not null) when the operation read or wrote a peer's SharedBuffer directly.
+  bool* shared_buffers = nullptr;
 };
 
 // How a rank waits for its peers: busy-poll for `spin_ns` (peers that arrive

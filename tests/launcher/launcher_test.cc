@@ -478,6 +478,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlags{"MasterPortLeavesNoRoomForTheStore",
                                {"run", "--master-port", "65535", "true"}},
                       BadFlags{"TimeoutNotADuration", {"run", "--timeout", "soon", "true"}},
+                      BadFlags{"PerfBuffersNeitherHeapNorShared", {"perf", "--buffers", "gpu"}},
+                      BadFlags{"SweepBuffersNeitherHeapNorShared", {"sweep", "--buffers", "gpu"}},
                       BadFlags{"UnknownSubcommand", {"no-such-subcommand"}},
                       BadFlags{"NoSubcommand", {}}, BadFlags{"DoctorUnknownFlag", {"doctor", "--no-such-flag"}},
                       BadFlags{"ExplainWithoutCode", {"doctor", "explain"}},

@@ -118,6 +118,63 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, SweepProcessTest,
                            return std::get<1>(p.param) + "_n" + std::to_string(std::get<0>(p.param));
                          });
 
+// Buffers from choir::SharedBuffer: the same-host algorithms read and write
+// the peers' buffers directly, shown as "+shared" after the algorithm's name.
+class SharedBufferSweepTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SharedBufferSweepTest, AllCollectivesAllTypesCorrect) {
+  const Outcome o = RunCommand(Launch(GetParam(), {CHOIR_BIN, "sweep", "--transport", "shm", "--buffers", "shared"}),
+                               {{"CHOIR_TIMEOUT", "120"}}, 600);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_TRUE(Contains(o.out, "ALL OK")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "cma+shared")) << o.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, SharedBufferSweepTest, ::testing::Values(2, 3, 4),
+                         [](const auto& p) { return "n" + std::to_string(p.param); });
+
+// From 4 MiB (allreduce) and 8 MiB (allgather) shm_pipe is chosen; with
+// shared buffers it reads the peers' buffers instead of staging chunks.
+class SharedBufferLargeTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SharedBufferLargeTest, LargeMessagesSkipThePipe) {
+  const Outcome o = RunCommand(
+      Launch(GetParam(), {CHOIR_BIN, "sweep", "--transport", "shm", "--buffers", "shared", "--counts", "1100000,2200001",
+                          "--ops", "allreduce,allgather,reduce_scatter,broadcast", "--dtypes", "float32,bfloat16,int64"}),
+      {{"CHOIR_TIMEOUT", "120"}}, 600);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_TRUE(Contains(o.out, "ALL OK")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "shm_pipe+shared")) << o.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, SharedBufferLargeTest, ::testing::Values(2, 3),
+                         [](const auto& p) { return "n" + std::to_string(p.param); });
+
+TEST(SharedBufferMixTest, RanksWithSharedAndOrdinaryBuffersWorkTogether) {
+  const std::string script = std::string("if [ \"$RANK\" = 1 ]; then exec ") + CHOIR_BIN +
+                             " sweep --buffers shared --counts 0,7,70001,1100000 --sum-only; else exec " + CHOIR_BIN +
+                             " sweep --counts 0,7,70001,1100000 --sum-only; fi";
+  const Outcome o = RunCommand(Launch(3, {"/bin/sh", "-c", script}), {{"CHOIR_TIMEOUT", "120"}}, 600);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_TRUE(Contains(o.out, "ALL OK")) << o.out;
+  // Rank 0's buffers are ordinary; it reads rank 1's shared ones directly.
+  EXPECT_TRUE(Contains(o.out, "+shared")) << o.out;
+}
+
+TEST(SharedBufferMixTest, WithoutSingleCopyPermissionSharedBuffersTakeTheOrdinaryPaths) {
+  const Outcome o = RunCommand(Launch(2, {CHOIR_BIN, "sweep", "--buffers", "shared", "--counts", "0,7,70001,1100000",
+                                          "--sum-only"}),
+                               {{"CHOIR_TIMEOUT", "120"}, {"CHOIR_SHM_CMA", "off"}}, 600);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  EXPECT_TRUE(Contains(o.out, "ALL OK")) << o.out;
+  EXPECT_FALSE(Contains(o.out, "+shared")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "shm_pipe")) << o.out;
+}
+
 class FaultTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FaultTest, KilledRankGivesPeerLostOnEverySurvivor) {

@@ -3,7 +3,8 @@
 //   choir perf [-n N] [--op allreduce|reduce_scatter|allgather|broadcast|reduce|alltoall|all]
 //              [--dtype float32] [--reduce-op sum] [--min-bytes 8] [--max-bytes 256M]
 //              [--step-factor 2] [--iters N | --time-per-size S] [--warmup N] [--repeat R]
-//              [--check] [--algo NAME] [--transport T] [--json FILE] [--baseline FILE]
+//              [--check] [--algo NAME] [--transport T] [--buffers heap|shared]
+//              [--json FILE] [--baseline FILE]
 //
 // Under `choir run` every rank runs it; with -n N and no launcher around, it
 // starts its own N local ranks (`choir run -n N choir perf ...`), so no MPI
@@ -12,6 +13,10 @@
 // iterations. algbw = bytes / mean time; busbw applies nccl-tests' factors:
 // allreduce 2(n-1)/n; reduce_scatter, allgather and alltoall (n-1)/n with
 // bytes = the whole buffer; broadcast and reduce 1.
+//
+// --buffers shared takes the send and receive buffers from choir::SharedBuffer
+// (memory the ranks of a host read from each other directly); the default is
+// ordinary heap memory, like the MPI benchmarks use.
 //
 // --repeat R measures every size R times and reports the median with its
 // spread; --baseline FILE compares with an earlier --json run and calls a
@@ -56,6 +61,32 @@ size_t CountFor(const std::string& op, uint64_t bytes, size_t es, int n) {
   const bool whole_buffer = op == "reduce_scatter" || op == "allgather" || op == "alltoall";
   return static_cast<size_t>(bytes / es / (whole_buffer ? static_cast<uint64_t>(n) : 1));
 }
+
+// A benchmark buffer that only grows: heap memory or a SharedBuffer, zeroed.
+class BenchBuffer {
+ public:
+  Status Reserve(size_t bytes, bool shared) {
+    if (bytes <= size_) return Status::Ok();
+    if (shared) {
+      auto b = SharedBuffer::Allocate(bytes);
+      if (!b.ok()) return b.status().WithContext("--buffers shared");
+      shared_ = std::move(*b);
+      data_ = shared_.as<uint8_t>();
+    } else {
+      heap_.assign(bytes, 0);
+      data_ = heap_.data();
+    }
+    size_ = bytes;
+    return Status::Ok();
+  }
+  uint8_t* data() const { return data_; }
+
+ private:
+  std::vector<uint8_t> heap_;
+  SharedBuffer shared_;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
 
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -138,6 +169,7 @@ class PerfCommand : public Subcommand {
     app.add_flag("--check", check_, "Verify every rank's whole output once per size");
     app.add_option("--algo", algo_, "Force an algorithm by name");
     app.add_option("--transport", transport_, "auto, tcp or shm (default: CHOIR_TRANSPORT)");
+    app.add_option("--buffers", buffers_, "heap (default) or shared: buffers from choir::SharedBuffer");
     app.add_option("--json", json_path_, "Write every figure, the machine and the settings to FILE");
     app.add_option("--baseline", baseline_path_, "Compare with an earlier --json FILE");
     app.add_option("--root", root_, "Root rank for broadcast and reduce (default 0)");
@@ -157,6 +189,9 @@ class PerfCommand : public Subcommand {
       return ReportUsageError(*app_, "--min-bytes/--max-bytes must be sizes with 0 < min <= max");
     }
     if (step_factor_ < 1.01) return ReportUsageError(*app_, "--step-factor must be > 1");
+    if (buffers_ != "heap" && buffers_ != "shared") {
+      return ReportUsageError(*app_, "--buffers must be heap or shared, got '" + buffers_ + "'");
+    }
     if (repeat_ < 1 || warmup_ < 0 || iters_ < 0 || time_per_size_ <= 0) {
       return ReportUsageError(*app_, "--repeat >= 1, --warmup >= 0, --iters >= 0, --time-per-size > 0");
     }
@@ -190,8 +225,9 @@ class PerfCommand : public Subcommand {
     }
     const size_t es = DataTypeSize(*dtype);
     if (c.rank() == 0) {
-      fmt::print("# choir perf: {} ranks, {} {}, {} sizes from {} to {}, {}\n", c.size(), dtype_, reduce_op_,
-                 sizes.size(), strings::FormatBytes(*lo), strings::FormatBytes(*hi), BuildString());
+      fmt::print("# choir perf: {} ranks, {} {}, {} sizes from {} to {}, {} buffers, {}\n", c.size(), dtype_,
+                 reduce_op_, sizes.size(), strings::FormatBytes(*lo), strings::FormatBytes(*hi), buffers_,
+                 BuildString());
     }
     std::vector<Sample> samples;
     for (const std::string& op : ops) {
@@ -213,6 +249,7 @@ class PerfCommand : public Subcommand {
           so.dtypes = {*dtype};
           so.counts = {count};
           so.in_place = false;
+          so.shared_buffers = buffers_ == "shared";
           so.reduce_ops = {*rop};
           so.algorithm = algo_;
           auto cases = RunSweep(c, so);
@@ -264,7 +301,7 @@ class PerfCommand : public Subcommand {
         {"--max-bytes", max_bytes_}, {"--step-factor", fmt::format("{}", step_factor_)},
         {"--iters", std::to_string(iters_)}, {"--time-per-size", fmt::format("{}", time_per_size_)},
         {"--warmup", std::to_string(warmup_)}, {"--repeat", std::to_string(repeat_)},
-        {"--root", std::to_string(root_)}};
+        {"--root", std::to_string(root_)}, {"--buffers", buffers_}};
     if (check_) f.push_back({"--check", ""});
     if (!algo_.empty()) f.push_back({"--algo", algo_});
     if (!transport_.empty()) f.push_back({"--transport", transport_});
@@ -275,14 +312,16 @@ class PerfCommand : public Subcommand {
 
   Work Issue(Communicator& c, const std::string& op, DataType t, ReduceOp rop, size_t count,
              const CallOptions& call) {
-    if (op == "allreduce") return c.Allreduce(send_.data(), recv_.data(), count, t, rop, call);
-    if (op == "reduce_scatter") return c.ReduceScatter(send_.data(), recv_.data(), count, t, rop, call);
-    if (op == "allgather") return c.Allgather(send_.data(), recv_.data(), count, t, call);
+    uint8_t* send = send_.data();
+    uint8_t* recv = recv_.data();
+    if (op == "allreduce") return c.Allreduce(send, recv, count, t, rop, call);
+    if (op == "reduce_scatter") return c.ReduceScatter(send, recv, count, t, rop, call);
+    if (op == "allgather") return c.Allgather(send, recv, count, t, call);
     // In place, as MPI_Bcast and torch.distributed.broadcast are (the root
     // sends from the buffer it receives into): no extra copy on the root.
-    if (op == "broadcast") return c.Broadcast(recv_.data(), recv_.data(), count, t, root_, call);
-    if (op == "reduce") return c.Reduce(send_.data(), recv_.data(), count, t, rop, root_, call);
-    return c.Alltoall(send_.data(), recv_.data(), count, t, call);
+    if (op == "broadcast") return c.Broadcast(recv, recv, count, t, root_, call);
+    if (op == "reduce") return c.Reduce(send, recv, count, t, rop, root_, call);
+    return c.Alltoall(send, recv, count, t, call);
   }
 
   Status Measure(Communicator& c, const std::string& op, DataType t, ReduceOp rop, size_t count, Sample* s) {
@@ -290,8 +329,14 @@ class PerfCommand : public Subcommand {
     const size_t n = static_cast<size_t>(c.size());
     const size_t send_elems = (op == "reduce_scatter" || op == "alltoall") ? count * n : count;
     const size_t recv_elems = (op == "allgather" || op == "alltoall") ? count * n : count;
-    if (send_.size() < send_elems * es) send_.assign(send_elems * es, 0);
-    if (recv_.size() < recv_elems * es) recv_.assign(recv_elems * es, 0);
+    Status got = send_.Reserve(send_elems * es, buffers_ == "shared");
+    if (got.ok()) got = recv_.Reserve(recv_elems * es, buffers_ == "shared");
+    // Every rank learns whether every rank has its buffers before any times a
+    // collective (one rank failing alone would leave the others waiting).
+    int64_t all_got = got.ok() ? 1 : 0;
+    CHOIR_RETURN_IF_ERROR(c.Allreduce(&all_got, &all_got, 1, DataType::kInt64, ReduceOp::kMin).Wait());
+    if (!got.ok()) return got;
+    if (all_got == 0) return Status(Code::kShmError, "another rank could not allocate its --buffers " + buffers_ + " buffers");
     CallOptions call;
     call.algorithm = algo_;
     for (int i = 0; i < warmup_; ++i) CHOIR_RETURN_IF_ERROR(Issue(c, op, t, rop, count, call).Wait());
@@ -374,7 +419,8 @@ class PerfCommand : public Subcommand {
                          {"busbw_spread", Spread(s.busbw)}, {"algorithm", s.algorithm}, {"check", s.check}});
     }
     const json doc = {{"tool", "choir perf"}, {"ranks", c.size()}, {"machine", MachineDescription(c)},
-                      {"settings", SettingsInEffect()}, {"repeat", repeat_}, {"results", results}};
+                      {"settings", SettingsInEffect()}, {"repeat", repeat_},
+                      {"buffers", buffers_}, {"results", results}};
     std::ofstream out(json_path_);
     out << doc.dump(2) << "\n";
     if (!out) return Status(Code::kSystemError, "cannot write --json file " + json_path_);
@@ -393,7 +439,8 @@ class PerfCommand : public Subcommand {
   bool check_ = false;
   std::string algo_, transport_, json_path_, baseline_path_;
   int root_ = 0;
-  std::vector<uint8_t> send_, recv_;
+  std::string buffers_ = "heap";
+  BenchBuffer send_, recv_;
 };
 
 }  // namespace

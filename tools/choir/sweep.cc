@@ -5,6 +5,7 @@
 //
 //   choir sweep [--ops allreduce,broadcast] [--dtypes float32,int8] [--counts 0,1,1000]
 //               [--transport auto|tcp|shm] [--sum-only] [--no-in-place] [--timeout S]
+//               [--buffers heap|shared]
 //
 // Rank 0 prints one table row per collective; every rank prints its own
 // failures. Exit 0 when all cases pass on all ranks.
@@ -33,6 +34,7 @@ class SweepCommand : public Subcommand {
     app.add_flag("--sum-only", sum_only_, "Only the sum reduction (faster)");
     app.add_flag("--no-in-place", no_in_place_, "Skip the in-place variants");
     app.add_option("--timeout", timeout_s_, "Deadline per collective in seconds (default: CHOIR_TIMEOUT)");
+    app.add_option("--buffers", buffers_, "heap (default) or shared: buffers from choir::SharedBuffer");
     app_ = &app;
   }
 
@@ -47,6 +49,10 @@ class SweepCommand : public Subcommand {
     if (!counts_.empty()) so.counts = counts_;
     so.in_place = !no_in_place_;
     so.all_reduce_ops = !sum_only_;
+    if (buffers_ != "heap" && buffers_ != "shared") {
+      return ReportUsageError(*app_, "--buffers must be heap or shared, got '" + buffers_ + "'");
+    }
+    so.shared_buffers = buffers_ == "shared";
     if (timeout_s_ > 0) so.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
     CommOptions co;
     co.transport = transport_;
@@ -109,6 +115,7 @@ class SweepCommand : public Subcommand {
   std::vector<std::string> ops_, dtypes_;
   std::vector<size_t> counts_;
   std::string transport_;
+  std::string buffers_ = "heap";
   bool sum_only_ = false;
   bool no_in_place_ = false;
   double timeout_s_ = 0;

@@ -13,6 +13,7 @@
 
 #include "transport/shm/local_area.h"
 #include "transport/shm/segment.h"
+#include "transport/shm/shared_buffers.h"
 
 namespace choir::transport {
 
@@ -24,6 +25,7 @@ struct LocalGroup {
   std::vector<int> pids;                // by local index
   bool cma = false;                     // process_vm_readv works between every pair
   uint64_t next_id = 1;                 // area operation counter, equal on every local rank
+  PeerBufferMaps peer_buffers;          // local peers' SharedBuffers mapped here
 
   int size() const { return static_cast<int>(ranks.size()); }
   const AreaView& mine() const { return areas[static_cast<size_t>(index)]; }

@@ -1,0 +1,143 @@
+#include "transport/shm/shared_buffers.h"
+
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+namespace choir::transport {
+namespace {
+
+struct Region {
+  uint64_t id;
+  size_t bytes;
+  int fd;
+};
+
+// Every live shared buffer of this process, by address.
+struct Registry {
+  std::mutex mu;
+  std::map<uintptr_t, Region> by_base;
+  uint64_t next_id = 1;
+};
+
+Registry& TheRegistry() {
+  static Registry* r = new Registry;  // never destroyed: buffers may outlive static destruction
+  return *r;
+}
+
+// System calls without glibc wrappers usable from C++ here (Debian 12's
+// <sys/pidfd.h> lacks extern "C").
+int PidfdOpen(int pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+int PidfdGetfd(int pidfd, int fd) { return static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, fd, 0)); }
+
+Status Failure(int err, const std::string& what, const std::string& hint) {
+  return Status(Code::kShmError, what + ": " + std::strerror(err) + hint);
+}
+
+}  // namespace
+
+Result<void*> AllocateShared(size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (bytes == 0 || bytes > (size_t{1} << 46)) {
+    return Status(Code::kInvalidArgument, "a shared buffer needs between 1 byte and 64 TiB, got " +
+                                              std::to_string(bytes) + " bytes");
+  }
+  const size_t rounded = (bytes + page - 1) / page * page;
+  const int fd = memfd_create("choir-buffer", MFD_CLOEXEC);
+  if (fd < 0) return Failure(errno, "memfd_create for a shared buffer", "; too many open files? raise ulimit -n");
+  if (ftruncate(fd, static_cast<off_t>(rounded)) != 0) {
+    const int err = errno;
+    close(fd);
+    return Failure(err, "sizing a shared buffer of " + std::to_string(rounded) + " bytes", "");
+  }
+  void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    close(fd);
+    return Failure(err, "mapping a shared buffer of " + std::to_string(rounded) + " bytes",
+                   "; not enough memory (memfd pages count against the memory cgroup)");
+  }
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.by_base[reinterpret_cast<uintptr_t>(p)] = Region{r.next_id++, rounded, fd};
+  return p;
+}
+
+void ReleaseShared(void* data) {
+  if (data == nullptr) return;
+  Registry& r = TheRegistry();
+  Region region{};
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.by_base.find(reinterpret_cast<uintptr_t>(data));
+    if (it == r.by_base.end()) return;
+    region = it->second;
+    r.by_base.erase(it);
+  }
+  munmap(data, region.bytes);
+  close(region.fd);
+}
+
+SharedRef FindShared(const void* p, size_t bytes) {
+  if (p == nullptr) return {};
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.by_base.upper_bound(addr);
+  if (it == r.by_base.begin()) return {};
+  --it;
+  const uintptr_t base = it->first;
+  const Region& region = it->second;
+  if (addr - base > region.bytes || bytes > region.bytes - (addr - base)) return {};
+  return SharedRef{region.id, base, region.bytes, region.fd};
+}
+
+PeerBufferMaps::~PeerBufferMaps() {
+  for (const Entry& e : entries_) munmap(e.base, e.bytes);
+  for (const auto& [pid, fd] : pidfds_) close(fd);
+}
+
+Result<uint8_t*> PeerBufferMaps::Map(int pid, int peer_rank, const SharedRef& ref) {
+  // A rank of this very process (threads as ranks): its buffer is mapped here already.
+  if (pid == getpid()) return reinterpret_cast<uint8_t*>(ref.base);
+  ++clock_;
+  for (Entry& e : entries_) {
+    if (e.pid == pid && e.id == ref.id) {
+      e.last_use = clock_;
+      return e.base;
+    }
+  }
+  const std::string who = "the shared buffer of rank " + std::to_string(peer_rank) + " (pid " + std::to_string(pid) + ")";
+  const std::string hint = "; the same ptrace permission as process_vm_readv is needed "
+                           "(CHOIR_SHM_CMA=off avoids both)";
+  auto pidfd_it = pidfds_.find(pid);
+  if (pidfd_it == pidfds_.end()) {
+    const int pidfd = PidfdOpen(pid);
+    if (pidfd < 0) return Failure(errno, "pidfd_open for " + who, "");
+    pidfd_it = pidfds_.emplace(pid, pidfd).first;
+  }
+  const int fd = PidfdGetfd(pidfd_it->second, static_cast<int>(ref.fd));
+  if (fd < 0) return Failure(errno, "pidfd_getfd for " + who, hint);
+  void* p = mmap(nullptr, ref.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  close(fd);
+  if (p == MAP_FAILED) return Failure(err, "mapping " + who, "");
+  if (entries_.size() >= kMaxMappings) {
+    auto oldest = std::min_element(entries_.begin(), entries_.end(),
+                                   [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
+    if (oldest->last_use < op_start_) {
+      munmap(oldest->base, oldest->bytes);
+      entries_.erase(oldest);
+    }
+  }
+  entries_.push_back(Entry{pid, ref.id, static_cast<uint8_t*>(p), ref.bytes, clock_});
+  return static_cast<uint8_t*>(p);
+}
+
+}  // namespace choir::transport
