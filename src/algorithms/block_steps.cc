@@ -5,6 +5,7 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/local_ops.h"
+#include "kernels/reduce.h"
 #include "algorithms/patterns/ring.h"
 
 namespace choir::algorithms {
@@ -56,7 +57,8 @@ Status CmaReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, co
   std::vector<PeerBuffers> bufs;
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, my_out, &bufs));
   const auto& mine = blocks[static_cast<size_t>(op.me())];
-  CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, in, mine.offset * c.elem_size(), mine.count, my_out, nullptr));
+  CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, in, mine.offset * c.elem_size(), mine.count, my_out, nullptr,
+                                        {.push = false, .streaming = mine.count * c.elem_size() >= kStreamingBytes}));
   return op.Finish();
 }
 
@@ -96,7 +98,11 @@ Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Bloc
   const std::vector<PeerBuffers>& bufs = op.peers();
   const size_t es = c.elem_size();
   const auto& mine = blocks[static_cast<size_t>(op.me())];
-  CopyIfDistinct(buf + mine.offset * es, own, mine.count * es);
+  size_t total = 0;
+  for (const auto& b : blocks) total += b.count;
+  // Copies into SharedBuffers stream from a smaller size than the others.
+  const bool streaming = op.AllShared() ? total * es >= kSharedGatherStreamingBytes : mine.count * es >= (8u << 20);
+  if (buf + mine.offset * es != own) kernels::CopyBytes(buf + mine.offset * es, own, mine.count * es, streaming);
   // A block under kStreamingBytes is pushed by its owner, who has just
   // written it (process_vm_writev; about twice as fast at 256 KiB-1 MiB as
   // the reader pulling it, see docs/performance.md); a larger one is pulled
@@ -106,7 +112,8 @@ Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Bloc
   for (int s = 1; s < op.size(); ++s) {
     const int p = (op.me() + s) % op.size();
     if (pushed(op.me()) && mine.count > 0) {
-      CHOIR_RETURN_IF_ERROR(CopyToPeer(op, p, bufs[static_cast<size_t>(p)].recv + mine.offset * es, own, mine.count * es));
+      CHOIR_RETURN_IF_ERROR(
+          CopyToPeer(op, p, bufs[static_cast<size_t>(p)].recv + mine.offset * es, own, mine.count * es, streaming));
     }
     const auto& b = blocks[static_cast<size_t>(p)];
     if (pushed(p)) {

@@ -44,9 +44,11 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
   auto finish = [&](uint8_t* chunk, size_t elems) {
     if (average) FinishAverage(c, chunk, elems);
   };
+  const bool slice_streams = mine.count * es >= kStreamingBytes;
   if (!gather) {
     CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, in, mine.offset * es, mine.count, my_out,
-                                          [&](uint64_t, uint8_t* chunk, size_t elems) { finish(chunk, elems); }));
+                                          [&](uint64_t, uint8_t* chunk, size_t elems) { finish(chunk, elems); },
+                                          {.push = false, .streaming = slice_streams}));
     return op.Finish();
   }
   // Below kStreamingBytes the owner of a slice pushes each combined chunk
@@ -54,11 +56,15 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
   // phase, no waiting on a peer's progress); beyond, the peers pull the
   // finished slices so that their copies can use streaming stores
   // (process_vm_writev's stores into the peer are not streaming and cost
-  // about as much as the pull: docs/performance.md).
-  if (total * es < kStreamingBytes) {
+  // about as much as the pull: docs/performance.md). Into SharedBuffers the
+  // owner always pushes, with plain stores below
+  // kSharedReduceStreamingBytes and streaming stores beyond.
+  const bool shared = op.AllShared();
+  if (total * es < kStreamingBytes || shared) {
+    const bool streaming = shared ? total * es >= kSharedReduceStreamingBytes : slice_streams;
     CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, in, mine.offset * es, mine.count, my_out,
                                           [&](uint64_t, uint8_t* chunk, size_t elems) { finish(chunk, elems); },
-                                          /*push=*/true));
+                                          {.push = true, .streaming = streaming}));
     for (int p = 0; p < n; ++p) {
       if (p != op.me()) c.CountSharedRead(p, slices[static_cast<size_t>(p)].count * es);  // written here by its owner
     }
@@ -68,7 +74,8 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
                                         [&](uint64_t k, uint8_t* chunk, size_t elems) {
                                           finish(chunk, elems);
                                           op.SetProgress(k + 1);
-                                        }));
+                                        },
+                                        {.push = false, .streaming = slice_streams}));
   const size_t chunk = std::max<size_t>(1, kCmaChunkBytes / es);
   for (int s = 1; s < n; ++s) {
     const int p = (op.me() + s) % n;
@@ -137,7 +144,8 @@ Status ReduceCma(Context& c, const OpArgs& a) {
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv, &bufs));
   if (c.rank() == a.root) {
     CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, static_cast<const uint8_t*>(a.send), 0, a.count,
-                                          static_cast<uint8_t*>(a.recv), nullptr));
+                                          static_cast<uint8_t*>(a.recv), nullptr,
+                                          {.push = false, .streaming = a.count * c.elem_size() >= kStreamingBytes}));
     FinishAverage(c, a.recv, a.count);
   }
   return op.Finish();

@@ -225,21 +225,22 @@ Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t byt
   return Status::Ok();
 }
 
-Status CopyToPeer(AreaOp& op, int p, uint64_t remote, const void* src, size_t bytes) {
+Status CopyToPeer(AreaOp& op, int p, uint64_t remote, const void* src, size_t bytes, bool nontemporal) {
   CHOIR_ASSIGN_OR_RETURN(uint8_t* mapped, op.Reach(p, remote, bytes));
   if (mapped == nullptr) return WriteRemote(op.pid(p), op.ctx().CommRank(p), remote, src, bytes);
-  kernels::CopyBytes(mapped, src, bytes, /*nontemporal=*/false);
+  kernels::CopyBytes(mapped, src, bytes, nontemporal);
   return Status::Ok();
 }
 
 Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const uint8_t* own,
                        uint64_t offset, size_t elems, uint8_t* dst,
-                       const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk, bool push) {
+                       const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk, ReduceWalk walk) {
   Context& c = op.ctx();
   const int n = op.size();
   const size_t es = c.elem_size();
   const size_t chunk = std::max<size_t>(1, kCmaChunkBytes / es);
-  const bool streaming = elems * es >= kStreamingBytes;
+  const bool push = walk.push;
+  const bool streaming = walk.streaming;
   // n chunks: the peers' inputs, plus (pushing and streaming) the combined
   // chunk, kept in the cache for the pushes while `dst` gets streaming stores.
   const size_t chunks = static_cast<size_t>(n) + (push && streaming ? 1 : 0);
@@ -278,7 +279,7 @@ Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const u
     if (streaming) kernels::CopyBytes(out, result, m * es, /*nontemporal=*/true);
     for (int s = 1; s < n; ++s) {
       const int p = (op.me() + s) % n;
-      CHOIR_RETURN_IF_ERROR(CopyToPeer(op, p, bufs[static_cast<size_t>(p)].recv + off, result, m * es));
+      CHOIR_RETURN_IF_ERROR(CopyToPeer(op, p, bufs[static_cast<size_t>(p)].recv + off, result, m * es, streaming));
     }
   }
   return Status::Ok();

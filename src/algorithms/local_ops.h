@@ -118,18 +118,25 @@ Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<P
 // into dst below kDirectCopyMaxBytes, through a cache-resident buffer and
 // streaming stores beyond.
 Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes);
-// Writes `bytes` from `src` to `remote` in local rank p's memory: plain stores
-// into a mapped SharedBuffer, else process_vm_writev.
-Status CopyToPeer(AreaOp& op, int p, uint64_t remote, const void* src, size_t bytes);
+// Writes `bytes` from `src` to `remote` in local rank p's memory: plain (or,
+// with `nontemporal`, streaming) stores into a mapped SharedBuffer, else
+// process_vm_writev.
+Status CopyToPeer(AreaOp& op, int p, uint64_t remote, const void* src, size_t bytes, bool nontemporal = false);
+// How ReduceFromPeers writes its result.
+struct ReduceWalk {
+  // Also write every finished chunk into each peer's `recv` buffer at the
+  // same offset, so that an allreduce needs no gather phase.
+  bool push = false;
+  // `dst` (and the pushes into SharedBuffers) with streaming stores.
+  bool streaming = false;
+};
 // dst = combination over every local rank of the `elems` elements at byte
 // offset `offset` of their `send` buffers (this rank's from `own`), chunk by
 // chunk; after each chunk, on_chunk(chunk_index, result_chunk,
-// elems_in_chunk), which may still change the result. With `push`, every
-// finished chunk is also written into each peer's `recv` buffer at the same
-// offset (process_vm_writev), so that an allreduce needs no gather phase.
+// elems_in_chunk), which may still change the result.
 Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const uint8_t* own,
                        uint64_t offset, size_t elems, uint8_t* dst,
-                       const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk, bool push = false);
+                       const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk, ReduceWalk walk);
 
 inline constexpr size_t kCmaChunkBytes = 512 * 1024;   // per peer: fits the L2 cache
 inline constexpr size_t kStreamingBytes = 4u << 20;     // larger outputs bypass the caches
@@ -139,6 +146,11 @@ inline constexpr size_t kStreamingBytes = 4u << 20;     // larger outputs bypass
 inline constexpr size_t kDirectCopyMaxBytes = 64u << 20;
 inline constexpr size_t kPipeMinBytes = 4u << 20;        // shm_pipe before cma from here on
 inline constexpr size_t kRootShareMinBytes = 256 * 1024;  // a broadcast root writes a share from here on
+// With every rank's buffers in SharedBuffers, the owner of a slice always
+// pushes it, and streaming stores pay off later for an allreduce than for an
+// allgather's copies (measured: docs/performance.md).
+inline constexpr size_t kSharedReduceStreamingBytes = 32u << 20;  // of the whole buffer
+inline constexpr size_t kSharedGatherStreamingBytes = 2u << 20;   // of the whole output
 
 }  // namespace choir::algorithms
 
