@@ -81,9 +81,13 @@
     "The peer process crashed, was killed (OOM, signal) or called Abort; its host went down.",  \
     "Look at the peer's own log (the message names its rank, host and pid) for the first "      \
     "failure; the surviving ranks must be restarted.")                                          \
-  X(ShmError, 305, true, "A shared-memory segment cannot be created or mapped.",                 \
-    "/dev/shm is full or too small (containers default to 64 MB); a leftover segment.",         \
-    "Enlarge /dev/shm (docker --shm-size), free space in it, or force CHOIR_TRANSPORT=tcp.")    \
+  X(ShmError, 305, true, "A shared-memory segment or SharedBuffer cannot be created or mapped.",  \
+    "/dev/shm is full or too small (containers default to 64 MB); a leftover segment; "         \
+    "no memory or file descriptors for a SharedBuffer; a peer's SharedBuffer cannot be "        \
+    "taken over (pidfd_getfd refused by ptrace restrictions, or the buffer was freed).",        \
+    "Enlarge /dev/shm (docker --shm-size), free space in it, or force CHOIR_TRANSPORT=tcp; "    \
+    "for SharedBuffers raise the memory or descriptor limits, keep buffers alive until their "  \
+    "collectives finish, or set CHOIR_SHM_CMA=off.")                                            \
   X(SocketError, 306, true, "A socket operation failed.",                                        \
     "Out of file descriptors; no route to the peer; the interface went down.",                  \
     "Read the system error in the message; raise `ulimit -n`; check links with `choir doctor`.")\
