@@ -599,16 +599,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::Issue(Call& call) {
     return work;
   }
   completion->left.store(works.size());
-  const bool report_source = call.report_source;
   for (const Work& w : works) {
-    // The callback holds a copy of `w` only to read the sender of a recv;
-    // the copy goes away with the callback.
-    w.Then([completion, w = report_source ? w : Work()](const Status& s) {
-      completion->Done(s, w.info().source_rank);
+    // The callback holds a copy of `w` to read the sender of a recv and the
+    // algorithm used; the copy goes away with the callback.
+    w.Then([completion, w, last = last_algorithm_](const Status& s) {
+      const WorkInfo info = w.info();
+      if (s.ok() && !info.algorithm.empty()) {
+        std::lock_guard<std::mutex> lock(last->mu);
+        last->name = info.algorithm;
+      }
+      completion->Done(s, info.source_rank);
     });
   }
   work->SetIssued(std::move(works));
   return work;
+}
+
+std::string ProcessGroupChoir::LastAlgorithm() const {
+  std::lock_guard<std::mutex> lock(last_algorithm_->mu);
+  return last_algorithm_->name;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::broadcast(std::vector<at::Tensor>& tensors,

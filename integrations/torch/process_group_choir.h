@@ -125,6 +125,9 @@ class ProcessGroupChoir : public c10d::ProcessGroup {
   // Aborts the communicator: pending and later operations fail at once, on
   // this rank and on its peers.
   void Abort(const std::string& reason) { comm_->Abort(reason); }
+  // The algorithm of the most recently finished choir operation, as
+  // `choir perf` names it ("cma", "shm_pipe+shared", ...; "" before any).
+  std::string LastAlgorithm() const;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -181,6 +184,12 @@ class ProcessGroupChoir : public c10d::ProcessGroup {
 
   std::unique_ptr<Communicator> comm_;
   BlockingRegion blocking_;
+  struct LastAlgorithmBox {
+    std::mutex mu;
+    std::string name;  // guarded by mu
+  };
+  // Shared with the completion callbacks, which may outlive this object.
+  std::shared_ptr<LastAlgorithmBox> last_algorithm_ = std::make_shared<LastAlgorithmBox>();
   std::mutex issue_mu_;  // keeps the choir calls of one c10d call together
 };
 

@@ -14,6 +14,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "choir/shared_buffer.h"
 #include "choir/status.h"
 #include "choir/version.h"
 #include "process_group_choir.h"
@@ -89,6 +90,8 @@ PYBIND11_MODULE(_C, m) {
           "communicator_status",
           [](const ProcessGroupChoir& pg) { return pg.CommunicatorStatus().ToString(); },
           "The communicator's sticky error as 'E304 PeerLost: ...', or 'OK'.")
+      .def("last_algorithm", &ProcessGroupChoir::LastAlgorithm,
+           "The algorithm of the most recently finished operation ('cma', 'shm_pipe+shared', ...).")
       .def("abort", &ProcessGroupChoir::Abort, py::arg("reason") = "",
            "Fails pending and later operations here and on the peers.",
            py::call_guard<py::gil_scoped_release>());
@@ -116,6 +119,18 @@ PYBIND11_MODULE(_C, m) {
           py::call_guard<py::gil_scoped_release>())
       .def("check", [](TorchStore& s, const std::vector<std::string>& keys) { return ValueOrThrow(s.Check(keys)); });
 
+  m.def(
+      "_shared_bytes",
+      [](int64_t bytes) -> at::Tensor {
+        if (bytes <= 0) throw std::runtime_error(choir::InvalidArgument("a shared tensor needs at least 1 byte, got " +
+                                                                        std::to_string(bytes)).ToString());
+        auto buf = choir::SharedBuffer::Allocate(static_cast<size_t>(bytes));
+        if (!buf.ok()) throw std::runtime_error(buf.status().ToString());
+        auto* owner = new choir::SharedBuffer(std::move(*buf));
+        return at::from_blob(owner->data(), {bytes}, [owner](void*) { delete owner; },
+                             at::TensorOptions().dtype(at::kByte));
+      },
+      py::arg("bytes"), "A uint8 CPU tensor of `bytes` over a choir::SharedBuffer (zero-filled).");
   m.def(
       "error_info",
       [](const std::string& code) -> py::object {

@@ -898,6 +898,70 @@ def scenario_latency(iters):
     dist.destroy_process_group()
 
 
+def scenario_shared():
+    """Collectives on tensors from choir.torch.empty_shared: values and the algorithm used."""
+    init()
+    pg = dist.distributed_c10d._get_default_group()
+    c = Checks()
+    algorithms = {}
+
+    def pattern(rank, n):
+        # Whole numbers: every sum below is exact in float32.
+        return (torch.arange(n, dtype=torch.float32) % 1000) + 1000 * rank
+
+    def used(name):
+        algorithms[name] = pg.last_algorithm()
+
+    def check_shapes():
+        t = choir.torch.empty_shared(2, 3, dtype=torch.bfloat16)
+        assert t.shape == (2, 3) and t.dtype == torch.bfloat16 and t.is_contiguous(), (t.shape, t.dtype)
+        assert bool((t == 0).all()), "not zero-filled"
+        assert choir.torch.empty_shared((4,), dtype=torch.int64).shape == (4,)
+        assert choir.torch.empty_shared(0).shape == (0,)
+
+    def check_allreduce(n, shared):
+        t = choir.torch.empty_shared(n) if shared else torch.empty(n)
+        t.copy_(pattern(RANK, n))
+        dist.all_reduce(t)
+        want = sum(pattern(r, n) for r in range(WORLD))
+        assert torch.equal(t, want), f"allreduce: {(t != want).nonzero()[:5].tolist()}"
+        used(f"allreduce/{n}/{'shared' if shared else 'heap'}")
+
+    def check_allgather(n):
+        inp, out = choir.torch.empty_shared(n), choir.torch.empty_shared(n * WORLD)
+        inp.copy_(pattern(RANK, n))
+        dist.distributed_c10d._all_gather_base(out, inp)
+        for r in range(WORLD):
+            assert torch.equal(out[r * n:(r + 1) * n], pattern(r, n)), f"block {r}"
+        used(f"_allgather_base/{n}")
+
+    def check_broadcast(n):
+        t = choir.torch.empty_shared(n)
+        t.copy_(pattern(RANK, n))
+        dist.broadcast(t, src=WORLD - 1)
+        assert torch.equal(t, pattern(WORLD - 1, n))
+        used(f"broadcast/{n}")
+
+    def check_reduce_scatter(n):
+        inp, out = choir.torch.empty_shared(n * WORLD), choir.torch.empty_shared(n)
+        inp.copy_(pattern(RANK, n * WORLD))
+        dist.distributed_c10d._reduce_scatter_base(out, inp)
+        want = sum(pattern(r, n * WORLD) for r in range(WORLD))[RANK * n:(RANK + 1) * n]
+        assert torch.equal(out, want)
+        used(f"_reduce_scatter_base/{n}")
+
+    c.run("shapes", check_shapes)
+    for n in (300_000, 2_200_000):  # single-copy sizes, and shm_pipe sizes
+        c.run(f"allreduce/{n}/shared", check_allreduce, n, True)
+        c.run(f"allreduce/{n}/heap", check_allreduce, n, False)
+        c.run(f"_allgather_base/{n}", check_allgather, n)
+        c.run(f"broadcast/{n}", check_broadcast, n)
+        c.run(f"_reduce_scatter_base/{n}", check_reduce_scatter, n)
+    dist.barrier()
+    write_result({"checks": c.results, "algorithms": algorithms})
+    dist.destroy_process_group()
+
+
 def main():
     name, args = sys.argv[1], sys.argv[2:]
     if name == "ops":
@@ -923,6 +987,8 @@ def main():
         scenario_destroy_pending()
     elif name == "latency":
         scenario_latency(int(args[0]))
+    elif name == "shared":
+        scenario_shared()
     else:
         raise SystemExit(f"unknown scenario {name}")
 

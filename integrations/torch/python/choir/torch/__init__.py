@@ -12,14 +12,22 @@ RuntimeErrors whose message starts with the choir error code and name
 ("E401 CollectiveMismatch: ..."); ``error_info("E401")`` returns the table row
 (summary, likely causes, fix). Importing twice (or after another import
 registered the backend) does nothing.
+
+``empty_shared(*size, dtype=...)`` makes a CPU tensor whose memory is a
+``choir::SharedBuffer``: when every rank of a host passes such tensors to a
+large collective, the ranks read each other's tensors directly (see
+docs/algorithms.md). ``group.last_algorithm()`` names the algorithm of the
+last finished operation ("shm_pipe+shared" when it did).
 """
+import math
+
 import torch  # noqa: F401  (must come first: it registers the ProcessGroup base class)
 import torch.distributed as dist
 
 from . import _C
 from ._C import ProcessGroupChoir, error_info
 
-__all__ = ["BACKEND", "ProcessGroupChoir", "error_info", "error_code"]
+__all__ = ["BACKEND", "ProcessGroupChoir", "error_info", "error_code", "empty_shared"]
 __version__ = _C.__version__
 
 BACKEND = "choir"
@@ -28,6 +36,16 @@ BACKEND = "choir"
 def _create_process_group(store, rank, size, timeout):
     """The creator torch.distributed calls for backend="choir"."""
     return ProcessGroupChoir(store, rank, size, timeout)
+
+
+def empty_shared(*size, dtype=torch.float32):
+    """A zero-filled contiguous CPU tensor of `size` in memory the host's ranks share."""
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        size = tuple(size[0])
+    count = math.prod(size)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    raw = _C._shared_bytes(max(count * itemsize, 1))
+    return raw[: count * itemsize].view(dtype).view(size)
 
 
 def error_code(exc):
