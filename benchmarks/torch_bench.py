@@ -51,6 +51,9 @@ def parse_args(argv=None):
     p.add_argument("--ddp-precision", default="fp32", choices=["bf16", "fp32"],
                    help="bf16: forward/backward under bfloat16 autocast (gradients stay float32)")
     p.add_argument("--ddp-steps", type=int, default=3, help="timed steps per backend and round")
+    p.add_argument("--ddp-choir-hook", default="avg", choices=["avg", "default"],
+                   help="choir's DDP comm hook: avg = choir.torch.allreduce_hook (ReduceOp.AVG in the "
+                        "allreduce), default = DDP's own (divide, then sum); gloo always uses DDP's own")
     p.add_argument("--timeout", type=float, default=1800, help="wall-clock limit of the whole run, seconds")
     p.add_argument("--json", help="write the raw results here")
     return p.parse_args(argv)
@@ -139,6 +142,9 @@ def rank_main(args):
             ddp = DDP(model, process_group=groups["gloo" if b == "floor" else b], gradient_as_bucket_view=True)
             if b == "floor":
                 ddp.register_comm_hook(None, no_communication)
+            elif b == "choir" and args.ddp_choir_hook == "avg":
+                from choir.torch import allreduce_hook
+                ddp.register_comm_hook(None, allreduce_hook)
             if args.ddp_optimizer == "adamw":
                 opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
             else:
@@ -148,7 +154,8 @@ def rank_main(args):
         results["ddp_config"] = {"parameters": n_params, "gradient_mib": 4 * n_params / 2**20,
                                  "tokens_per_rank": args.ddp_batch_size * args.ddp_seq_len,
                                  "dim": args.ddp_dim, "layers": args.ddp_layers,
-                                 "optimizer": args.ddp_optimizer, "precision": args.ddp_precision}
+                                 "optimizer": args.ddp_optimizer, "precision": args.ddp_precision,
+                                 "choir_hook": args.ddp_choir_hook}
 
         def ddp_steps(b):
             ddp, opt = trainers[b]
@@ -242,7 +249,8 @@ def report(results):
         row(f"allreduce {size} MiB busbw", per_backend, "GiB/s", False, "{:.2f}")
     cfg = results.get("ddp_config")
     if cfg:
-        row(f"DDP step ({cfg['parameters'] / 1e6:.1f} M params, {cfg['tokens_per_rank']} tokens/rank)",
+        hook = "choir.torch.allreduce_hook" if cfg.get("choir_hook", "default") == "avg" else "DDP's default hook"
+        row(f"DDP step ({cfg['parameters'] / 1e6:.1f} M params, {cfg['tokens_per_rank']} tokens/rank; choir with {hook})",
             results["ddp_step_ms"], "ms", True)
         floor = results.get("ddp_floor_ms")
         if floor:

@@ -182,18 +182,25 @@ def measure_peak_flops(dtype=torch.float32, size=512, trials=5, seconds=0.2):
 
 class CommTimer:
     """A DDP comm hook that allreduces each bucket (averaging, like DDP's default
-    hook) and records when each allreduce was in flight."""
+    hook) and records when each allreduce was in flight. With `fused_average`
+    (the choir backend) the allreduce averages itself (ReduceOp.AVG, as
+    choir.torch.allreduce_hook does); otherwise the bucket is divided first,
+    as DDP's default hook does (gloo has no AVG)."""
 
-    def __init__(self, group, world):
+    def __init__(self, group, world, fused_average=False):
         self.group = group
         self.world = world
+        self.fused_average = fused_average
         self.intervals = []
 
     def hook(self, state, bucket):
         start = time.perf_counter()
         buf = bucket.buffer()
-        buf.div_(self.world)
-        fut = dist.all_reduce(buf, group=self.group, async_op=True).get_future()
+        if self.fused_average:
+            fut = dist.all_reduce(buf, op=dist.ReduceOp.AVG, group=self.group, async_op=True).get_future()
+        else:
+            buf.div_(self.world)
+            fut = dist.all_reduce(buf, group=self.group, async_op=True).get_future()
 
         def done(f):
             self.intervals.append((start, time.perf_counter()))
@@ -250,7 +257,7 @@ def main(argv=None):
     model = LanguageModel(args.dim, args.layers, args.heads, args.seq_len)
     n_params = sum(p.numel() for p in model.parameters())
     ddp = DDP(model, bucket_cap_mb=args.bucket_cap_mb)
-    timer = CommTimer(dist.group.WORLD, world)
+    timer = CommTimer(dist.group.WORLD, world, fused_average=args.backend == "choir")
     ddp.register_comm_hook(None, timer.hook)
     if args.zero:
         from torch.distributed.optim import ZeroRedundancyOptimizer

@@ -36,6 +36,12 @@ def test_ddp_matches_single_process(world_size):
     assert_parity(train(world_size))
 
 
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ddp_with_choir_allreduce_hook_matches_single_process(world_size):
+    # Averaging inside the allreduce (ReduceOp.AVG) instead of DDP's division first.
+    assert_parity(train(world_size, backend="choir+hook", bucket_mb=0.01))
+
+
 def test_ddp_many_buckets_and_unused_parameters():
     # bucket_cap_mb=0.002 (2 KB) puts nearly every parameter in its own bucket.
     assert_parity(train(2, unused=True, bucket_mb=0.002))

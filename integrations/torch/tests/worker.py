@@ -664,6 +664,9 @@ def train_reference(kind, unused):
 
 
 def scenario_train(backend, kind, zero, unused, bucket_mb):
+    # "choir+hook": DDP with choir.torch.allreduce_hook instead of its default hook.
+    hook = backend.endswith("+hook")
+    backend = backend.removesuffix("+hook")
     init(backend)
     from torch.nn.parallel import DistributedDataParallel as DDP
     model = make_model()
@@ -673,6 +676,8 @@ def scenario_train(backend, kind, zero, unused, bucket_mb):
             for p in model.parameters():
                 p.add_(0.5)
     ddp = DDP(model, find_unused_parameters=unused, bucket_cap_mb=bucket_mb)
+    if hook:
+        ddp.register_comm_hook(None, choir.torch.allreduce_hook)
     opt = make_optimizer(ddp.parameters(), kind, zero=zero)
     per_rank = GLOBAL_BATCH // WORLD
     losses = []

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from . import _C
 from ._C import ProcessGroupChoir, error_info
 
-__all__ = ["BACKEND", "ProcessGroupChoir", "error_info", "error_code", "empty_shared"]
+__all__ = ["BACKEND", "ProcessGroupChoir", "error_info", "error_code", "empty_shared", "allreduce_hook"]
 __version__ = _C.__version__
 
 BACKEND = "choir"
@@ -46,6 +46,19 @@ def empty_shared(*size, dtype=torch.float32):
     itemsize = torch.empty((), dtype=dtype).element_size()
     raw = _C._shared_bytes(max(count * itemsize, 1))
     return raw[: count * itemsize].view(dtype).view(size)
+
+
+def allreduce_hook(process_group, bucket):
+    """A DDP communication hook: each bucket's average in one choir allreduce.
+
+    DDP's default hook divides every bucket by the world size and then sums
+    it (one more pass over all gradients per step); ReduceOp.AVG lets choir
+    divide each chunk while it is in the cache. Register it with
+    ``ddp.register_comm_hook(group_or_None, choir.torch.allreduce_hook)``.
+    """
+    group = process_group if process_group is not None else dist.group.WORLD
+    fut = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.AVG, group=group, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
 
 
 def error_code(exc):
