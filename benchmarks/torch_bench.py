@@ -51,6 +51,9 @@ def parse_args(argv=None):
     p.add_argument("--ddp-precision", default="fp32", choices=["bf16", "fp32"],
                    help="bf16: forward/backward under bfloat16 autocast (gradients stay float32)")
     p.add_argument("--ddp-steps", type=int, default=3, help="timed steps per backend and round")
+    p.add_argument("--shared-allocator", default="on", choices=["on", "off"],
+                   help="on: choir.torch.use_shared_allocator() in every rank, so that parameters, gradients "
+                        "and DDP's buckets (of both backends) are SharedBuffers")
     p.add_argument("--ddp-choir-hook", default="avg", choices=["avg", "default"],
                    help="choir's DDP comm hook: avg = choir.torch.allreduce_hook (ReduceOp.AVG in the "
                         "allreduce), default = DDP's own (divide, then sum); gloo always uses DDP's own")
@@ -124,6 +127,11 @@ def rank_main(args):
 
     trainers = {}
     if "ddp" in what:
+        if args.shared_allocator == "on":
+            # From here on (the busbw buffers above stay ordinary memory):
+            # parameters, gradients and DDP's buckets of every backend.
+            from choir.torch import use_shared_allocator
+            use_shared_allocator()
         example = load_example()
         from torch.nn.parallel import DistributedDataParallel as DDP
         data = example.batches(example.load_text(), args.ddp_batch_size, args.ddp_seq_len, rank, 0)
@@ -144,7 +152,7 @@ def rank_main(args):
                 ddp.register_comm_hook(None, no_communication)
             elif b == "choir" and args.ddp_choir_hook == "avg":
                 from choir.torch import allreduce_hook
-                ddp.register_comm_hook(None, allreduce_hook)
+                ddp.register_comm_hook(groups[b], allreduce_hook)
             if args.ddp_optimizer == "adamw":
                 opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
             else:
@@ -155,7 +163,7 @@ def rank_main(args):
                                  "tokens_per_rank": args.ddp_batch_size * args.ddp_seq_len,
                                  "dim": args.ddp_dim, "layers": args.ddp_layers,
                                  "optimizer": args.ddp_optimizer, "precision": args.ddp_precision,
-                                 "choir_hook": args.ddp_choir_hook}
+                                 "choir_hook": args.ddp_choir_hook, "shared_allocator": args.shared_allocator}
 
         def ddp_steps(b):
             ddp, opt = trainers[b]
@@ -250,6 +258,8 @@ def report(results):
     cfg = results.get("ddp_config")
     if cfg:
         hook = "choir.torch.allreduce_hook" if cfg.get("choir_hook", "default") == "avg" else "DDP's default hook"
+        if cfg.get("shared_allocator") == "on":
+            hook += ", tensors from choir.torch.use_shared_allocator()"
         row(f"DDP step ({cfg['parameters'] / 1e6:.1f} M params, {cfg['tokens_per_rank']} tokens/rank; choir with {hook})",
             results["ddp_step_ms"], "ms", True)
         floor = results.get("ddp_floor_ms")

@@ -2,8 +2,12 @@
 //
 // torch must be imported before this module (the Python package does it):
 // the ProcessGroup base class is registered by torch's own bindings.
+#include <c10/core/CPUAllocator.h>
+
 #include <chrono>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -61,6 +65,93 @@ T ValueOrThrow(choir::Result<T> result) {
 void OkOrThrow(const choir::Status& status) {
   if (!status.ok()) throw std::runtime_error(status.ToString());
 }
+
+// torch's CPU allocator replaced by one that serves allocations of at least
+// `min_bytes` from SharedBuffers (so that DDP's buckets, gradients and
+// parameters are memory the host's ranks read from each other directly) and
+// everything smaller from torch's own allocator. Freed SharedBuffers are kept
+// by size for reuse (up to kCacheBytes), so a training loop's steady state
+// makes no system calls. Installed once per process; never uninstalled (live
+// tensors keep pointing at it).
+class SharedCpuAllocator final : public c10::Allocator {
+ public:
+  static constexpr size_t kCacheBytes = size_t{2} << 30;
+
+  static SharedCpuAllocator& Get() {
+    static SharedCpuAllocator* a = new SharedCpuAllocator(c10::GetCPUAllocator());
+    return *a;
+  }
+  void set_min_bytes(size_t n) { min_bytes_ = n; }
+
+  c10::DataPtr allocate(size_t n) const override {
+    if (n < min_bytes_) return fallback_->allocate(n);
+    const size_t rounded = (n + kGrain - 1) / kGrain * kGrain;
+    choir::SharedBuffer* buf = Self().Take(rounded);
+    if (buf == nullptr) {
+      auto fresh = choir::SharedBuffer::Allocate(rounded);
+      // Out of shared memory or descriptors: ordinary memory still works.
+      if (!fresh.ok()) return fallback_->allocate(n);
+      buf = new choir::SharedBuffer(std::move(*fresh));
+    }
+    {
+      std::lock_guard<std::mutex> lock(Self().mu_);
+      Self().live_[buf->data()] = buf;
+    }
+    // The context is the data pointer, as raw_allocate() requires.
+    return {buf->data(), buf->data(), &Release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &Release; }
+
+ private:
+  static constexpr size_t kGrain = 64 * 1024;
+
+  explicit SharedCpuAllocator(c10::Allocator* fallback) : fallback_(fallback) {}
+  SharedCpuAllocator& Self() const { return const_cast<SharedCpuAllocator&>(*this); }
+
+  choir::SharedBuffer* Take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(bytes);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    choir::SharedBuffer* b = it->second.back();
+    it->second.pop_back();
+    cached_ -= bytes;
+    return b;
+  }
+  // Frees a pointer from allocate() or raw_allocate(): a SharedBuffer goes
+  // back to the cache, anything else came from the fallback allocator.
+  static void Release(void* ptr) {
+    SharedCpuAllocator& a = Get();
+    choir::SharedBuffer* b = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(a.mu_);
+      auto it = a.live_.find(ptr);
+      if (it != a.live_.end()) {
+        b = it->second;
+        a.live_.erase(it);
+      }
+    }
+    if (b == nullptr) {
+      a.fallback_->raw_deleter()(ptr);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(a.mu_);
+      if (a.cached_ + b->size() <= kCacheBytes) {
+        a.cached_ += b->size();
+        a.free_[b->size()].push_back(b);
+        return;
+      }
+    }
+    delete b;
+  }
+
+  c10::Allocator* fallback_;
+  size_t min_bytes_ = 1 << 20;
+  std::mutex mu_;
+  std::map<size_t, std::vector<choir::SharedBuffer*>> free_;  // guarded by mu_
+  std::map<void*, choir::SharedBuffer*> live_;                 // guarded by mu_
+  size_t cached_ = 0;                                          // guarded by mu_
+};
 
 }  // namespace
 }  // namespace choir::torch_backend
@@ -131,6 +222,16 @@ PYBIND11_MODULE(_C, m) {
                              at::TensorOptions().dtype(at::kByte));
       },
       py::arg("bytes"), "A uint8 CPU tensor of `bytes` over a choir::SharedBuffer (zero-filled).");
+  m.def(
+      "_use_shared_allocator",
+      [](int64_t min_bytes) {
+        if (min_bytes < 1) throw std::runtime_error(choir::InvalidArgument("min_bytes must be at least 1, got " +
+                                                                           std::to_string(min_bytes)).ToString());
+        auto& a = choir::torch_backend::SharedCpuAllocator::Get();
+        a.set_min_bytes(static_cast<size_t>(min_bytes));
+        c10::SetCPUAllocator(&a, /*priority=*/100);
+      },
+      py::arg("min_bytes"), "Serves CPU tensors of at least min_bytes from SharedBuffers (see choir.torch).");
   m.def(
       "error_info",
       [](const std::string& code) -> py::object {

@@ -42,6 +42,20 @@ def test_ddp_with_choir_allreduce_hook_matches_single_process(world_size):
     assert_parity(train(world_size, backend="choir+hook", bucket_mb=0.01))
 
 
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ddp_on_the_shared_allocator_matches_single_process(world_size):
+    # Parameters, gradients and buckets in SharedBuffers (choir.torch.use_shared_allocator).
+    results = train(world_size, backend="choir+hook+shared", kind="adam", bucket_mb=0.01)
+    assert_parity(results)
+    for r in results:
+        assert r["last_algorithm"].endswith("+shared"), r["last_algorithm"]
+
+
+def test_ddp_without_the_shared_allocator_uses_ordinary_memory():
+    for r in train(2, backend="choir+hook", bucket_mb=0.01):
+        assert not r["last_algorithm"].endswith("+shared"), r["last_algorithm"]
+
+
 def test_ddp_many_buckets_and_unused_parameters():
     # bucket_cap_mb=0.002 (2 KB) puts nearly every parameter in its own bucket.
     assert_parity(train(2, unused=True, bucket_mb=0.002))

@@ -664,9 +664,12 @@ def train_reference(kind, unused):
 
 
 def scenario_train(backend, kind, zero, unused, bucket_mb):
-    # "choir+hook": DDP with choir.torch.allreduce_hook instead of its default hook.
-    hook = backend.endswith("+hook")
-    backend = backend.removesuffix("+hook")
+    # "choir+hook": DDP with choir.torch.allreduce_hook instead of its default
+    # hook; "+shared": every tensor of 4 KiB or more from choir.torch.use_shared_allocator.
+    backend, *flags = backend.split("+")
+    hook = "hook" in flags
+    if "shared" in flags:
+        choir.torch.use_shared_allocator(4096)
     init(backend)
     from torch.nn.parallel import DistributedDataParallel as DDP
     model = make_model()
@@ -697,6 +700,11 @@ def scenario_train(backend, kind, zero, unused, bucket_mb):
     for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
         diffs[name] = (p.detach() - q.detach()).abs().max().item() / max(q.abs().max().item(), 1e-30)
     result = {"param_rel_diff": diffs, "losses": losses, "ref_losses": ref_losses}
+    if backend == "choir":
+        big = torch.ones(1 << 18)  # 1 MiB: a same-host algorithm that reaches peers' buffers
+        dist.all_reduce(big)
+        assert bool((big == WORLD).all())
+        result["last_algorithm"] = dist.distributed_c10d._get_default_group().last_algorithm()
     if zero:
         opt.consolidate_state_dict(to=0)
         if RANK == 0:
@@ -955,7 +963,16 @@ def scenario_shared():
         assert torch.equal(out, want)
         used(f"_reduce_scatter_base/{n}")
 
+    def check_allocator_argument():
+        try:
+            choir.torch.use_shared_allocator(0)
+        except RuntimeError as e:
+            assert str(e).startswith("E100 InvalidArgument"), str(e)
+        else:
+            raise AssertionError("use_shared_allocator(0) was accepted")
+
     c.run("shapes", check_shapes)
+    c.run("allocator_argument", check_allocator_argument)
     for n in (300_000, 2_200_000):  # single-copy sizes, and shm_pipe sizes
         c.run(f"allreduce/{n}/shared", check_allreduce, n, True)
         c.run(f"allreduce/{n}/heap", check_allreduce, n, False)

@@ -27,7 +27,8 @@ import torch.distributed as dist
 from . import _C
 from ._C import ProcessGroupChoir, error_info
 
-__all__ = ["BACKEND", "ProcessGroupChoir", "error_info", "error_code", "empty_shared", "allreduce_hook"]
+__all__ = ["BACKEND", "ProcessGroupChoir", "error_info", "error_code", "empty_shared", "allreduce_hook",
+           "use_shared_allocator"]
 __version__ = _C.__version__
 
 BACKEND = "choir"
@@ -46,6 +47,18 @@ def empty_shared(*size, dtype=torch.float32):
     itemsize = torch.empty((), dtype=dtype).element_size()
     raw = _C._shared_bytes(max(count * itemsize, 1))
     return raw[: count * itemsize].view(dtype).view(size)
+
+
+def use_shared_allocator(min_bytes=1 << 20):
+    """Serves every CPU tensor of at least `min_bytes` from choir SharedBuffers.
+
+    Call it once, before the model and DDP are created: then parameters,
+    gradients and DDP's buckets live in memory the ranks of a host read from
+    each other directly, and DDP's allreduces take the faster path. Smaller
+    tensors keep torch's allocator. Freed buffers are reused by size (up to
+    2 GiB kept). It cannot be undone in a process.
+    """
+    _C._use_shared_allocator(int(min_bytes))
 
 
 def allreduce_hook(process_group, bucket):
