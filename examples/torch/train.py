@@ -75,6 +75,9 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     p.add_argument("--bucket-cap-mb", type=float, default=25, help="DDP gradient bucket size")
+    p.add_argument("--no-shared-allocator", action="store_true",
+                   help="with --backend choir, keep torch's allocator (default: choir.torch.use_shared_allocator(), "
+                        "so that parameters, gradients and DDP buckets are memory the ranks read directly)")
     p.add_argument("--peak-flops", type=float, default=0, help="peak FLOP/s per rank (0: measure)")
     p.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: cores / local ranks)")
     p.add_argument("--timeout", type=float, default=120, help="process group timeout, seconds")
@@ -242,6 +245,9 @@ def setup(args):
                           MASTER_PORT=str(port))
     if args.backend == "choir":
         import_choir()
+        if not args.no_shared_allocator:
+            from choir.torch import use_shared_allocator
+            use_shared_allocator()
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
     threads = args.threads or max(1, (os.cpu_count() or 1) // local_world)
     torch.set_num_threads(threads)
