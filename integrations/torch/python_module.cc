@@ -3,6 +3,7 @@
 // torch must be imported before this module (the Python package does it):
 // the ProcessGroup base class is registered by torch's own bindings.
 #include <c10/core/CPUAllocator.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <functional>
@@ -227,6 +228,14 @@ PYBIND11_MODULE(_C, m) {
       [](int64_t min_bytes) {
         if (min_bytes < 1) throw std::runtime_error(choir::InvalidArgument("min_bytes must be at least 1, got " +
                                                                            std::to_string(min_bytes)).ToString());
+        // Every SharedBuffer holds a file descriptor (peers take it over):
+        // a model with many large tensors needs more than the usual soft
+        // limit of 1024, so raise it to the hard limit once.
+        rlimit lim{};
+        if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+          lim.rlim_cur = lim.rlim_max;
+          setrlimit(RLIMIT_NOFILE, &lim);
+        }
         auto& a = choir::torch_backend::SharedCpuAllocator::Get();
         a.set_min_bytes(static_cast<size_t>(min_bytes));
         c10::SetCPUAllocator(&a, /*priority=*/100);

@@ -56,7 +56,10 @@ def use_shared_allocator(min_bytes=1 << 20):
     gradients and DDP's buckets live in memory the ranks of a host read from
     each other directly, and DDP's allreduces take the faster path. Smaller
     tensors keep torch's allocator. Freed buffers are reused by size (up to
-    2 GiB kept). It cannot be undone in a process.
+    2 GiB kept). Each buffer holds a file descriptor, so the call raises the
+    process's soft limit of open files to its hard limit; when buffers cannot
+    be had, tensors come from torch's allocator. It cannot be undone in a
+    process.
     """
     _C._use_shared_allocator(int(min_bytes))
 
