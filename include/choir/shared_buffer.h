@@ -18,6 +18,10 @@
 // memory is zero-filled and faulted in at allocation. After a buffer is
 // destroyed, a peer that mapped it keeps its pages alive until that peer's
 // communicator is destroyed or drops the mapping (64 kept per communicator).
+// Where a peer cannot take the buffer's descriptor over (pidfd_getfd missing
+// or refused), collectives copy through the kernel as for ordinary memory.
+// Unlike heap memory, a SharedBuffer stays shared with a child after fork():
+// writes on either side are seen by the other.
 //
 // Thread-safety: Allocate may be called from any thread; one SharedBuffer is
 // like any other memory.

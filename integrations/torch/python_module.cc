@@ -3,8 +3,10 @@
 // torch must be imported before this module (the Python package does it):
 // the ProcessGroup base class is registered by torch's own bindings.
 #include <c10/core/CPUAllocator.h>
+#include <pthread.h>
 #include <sys/resource.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -79,13 +81,31 @@ class SharedCpuAllocator final : public c10::Allocator {
   static constexpr size_t kCacheBytes = size_t{2} << 30;
 
   static SharedCpuAllocator& Get() {
-    static SharedCpuAllocator* a = new SharedCpuAllocator(c10::GetCPUAllocator());
+    static SharedCpuAllocator* a = [] {
+      auto* alloc = new SharedCpuAllocator(c10::GetCPUAllocator());
+      // A forked child (a DataLoader worker) must not hand out the buffers
+      // cached here, which are its parent's memory too, nor make new shared
+      // ones: it forgets the cache (the mappings stay, unused; unmapping here
+      // would need the registry's lock, whose own fork handler runs later)
+      // and allocates like torch. Tensors it inherited stay shared with the
+      // parent; when it frees them it unmaps its view only.
+      pthread_atfork([] { Get().mu_.lock(); }, [] { Get().mu_.unlock(); },
+                     [] {
+                       SharedCpuAllocator& s = Get();
+                       s.min_bytes_.store(SIZE_MAX);
+                       s.forked_child_ = true;
+                       s.free_.clear();
+                       s.cached_ = 0;
+                       s.mu_.unlock();
+                     });
+      return alloc;
+    }();
     return *a;
   }
-  void set_min_bytes(size_t n) { min_bytes_ = n; }
+  void set_min_bytes(size_t n) { min_bytes_.store(n); }
 
   c10::DataPtr allocate(size_t n) const override {
-    if (n < min_bytes_) return fallback_->allocate(n);
+    if (n < min_bytes_.load()) return fallback_->allocate(n);
     const size_t rounded = (n + kGrain - 1) / kGrain * kGrain;
     choir::SharedBuffer* buf = Self().Take(rounded);
     if (buf == nullptr) {
@@ -132,12 +152,14 @@ class SharedCpuAllocator final : public c10::Allocator {
       }
     }
     if (b == nullptr) {
-      a.fallback_->raw_deleter()(ptr);
+      // raw_allocate() below min_bytes went to the fallback (torch's own
+      // allocator always has a raw deleter).
+      if (c10::DeleterFnPtr d = a.fallback_->raw_deleter(); d != nullptr) d(ptr);
       return;
     }
     {
       std::lock_guard<std::mutex> lock(a.mu_);
-      if (a.cached_ + b->size() <= kCacheBytes) {
+      if (!a.forked_child_ && a.cached_ + b->size() <= kCacheBytes) {
         a.cached_ += b->size();
         a.free_[b->size()].push_back(b);
         return;
@@ -147,11 +169,12 @@ class SharedCpuAllocator final : public c10::Allocator {
   }
 
   c10::Allocator* fallback_;
-  size_t min_bytes_ = 1 << 20;
+  std::atomic<size_t> min_bytes_{1 << 20};
   std::mutex mu_;
   std::map<size_t, std::vector<choir::SharedBuffer*>> free_;  // guarded by mu_
   std::map<void*, choir::SharedBuffer*> live_;                 // guarded by mu_
   size_t cached_ = 0;                                          // guarded by mu_
+  bool forked_child_ = false;                                  // guarded by mu_
 };
 
 }  // namespace

@@ -158,6 +158,14 @@ Status WriteRemote(int pid, int peer_rank, uint64_t remote, const void* local, s
 
 Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<PeerBuffers>* all,
                          const std::vector<uint64_t>& table, std::vector<std::vector<uint64_t>>* tables) {
+  // The same on every rank (the table has one entry per local rank), so
+  // every rank fails alike rather than one overrunning its slot.
+  if (sizeof(PeerBuffers) + table.size() * sizeof(uint64_t) > op.slot_capacity()) {
+    return Status(Code::kNotSupported,
+                  fmt::format("{} local ranks need {} bytes of shared slot to exchange buffer addresses, more than "
+                              "its {} (raise CHOIR_SHM_SLOT_BYTES)",
+                              op.size(), sizeof(PeerBuffers) + table.size() * sizeof(uint64_t), op.slot_capacity()));
+  }
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   PeerBuffers mine{reinterpret_cast<uint64_t>(send), reinterpret_cast<uint64_t>(recv), {}, {}};
   // Peers may map SharedBuffers only with the permission single copy needs.

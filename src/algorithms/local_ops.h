@@ -47,6 +47,7 @@ class AreaOp {
   Status Acquire();
   uint8_t* my_data() const { return group_->mine().data(parity_); }
   size_t slot_bytes() const { return group_->mine().slot_bytes(); }
+  size_t slot_capacity() const { return group_->mine().slot_capacity(); }
   void Publish(uint64_t bytes);
   Status WaitFor(int local_index);
   Status WaitAll();

@@ -15,7 +15,7 @@ def test_shared_tensors(world_size):
     for r in launched:
         failed = {k: v for k, v in r.result["checks"].items() if v != "ok"}
         assert not failed, f"rank {r.rank}: {failed}"
-        assert len(r.result["checks"]) == 12, r.result["checks"]
+        assert len(r.result["checks"]) == 13, r.result["checks"]
         algorithms = r.result["algorithms"]
         for name, algo in algorithms.items():
             if name.endswith("/heap") or world_size == 1:

@@ -971,6 +971,22 @@ def scenario_shared():
         else:
             raise AssertionError("use_shared_allocator(0) was accepted")
 
+    def check_fork_after_shared_allocator():
+        # A forked child must not take the parent's cached buffers: here it
+        # would get the very buffer the parent reuses next and write into it.
+        choir.torch.use_shared_allocator(1 << 20)
+        t = torch.empty(1 << 20)
+        t.fill_(3)
+        del t  # back into the allocator's cache
+        pid = os.fork()
+        if pid == 0:
+            x = torch.empty(1 << 20)
+            x.fill_(7)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        y = torch.empty(1 << 20)  # the cached buffer
+        assert bool((y == 3).all()), f"the child wrote into the parent's buffer: {y[:4].tolist()}"
+
     c.run("shapes", check_shapes)
     c.run("allocator_argument", check_allocator_argument)
     for n in (300_000, 2_200_000):  # single-copy sizes, and shm_pipe sizes
@@ -979,6 +995,7 @@ def scenario_shared():
         c.run(f"_allgather_base/{n}", check_allgather, n)
         c.run(f"broadcast/{n}", check_broadcast, n)
         c.run(f"_reduce_scatter_base/{n}", check_reduce_scatter, n)
+    c.run("fork_after_shared_allocator", check_fork_after_shared_allocator)  # last: installs the allocator
     dist.barrier()
     write_result({"checks": c.results, "algorithms": algorithms})
     dist.destroy_process_group()

@@ -54,10 +54,15 @@ inline constexpr size_t kAreaCtlBytes = 256;
 inline constexpr int kProgressShift = 24;
 inline constexpr uint64_t kProgressMask = (uint64_t{1} << kProgressShift) - 1;
 
+// A slot holds at least this much, whatever CHOIR_SHM_SLOT_BYTES says: the
+// large-message algorithms publish buffer addresses (and small tables) in it.
+inline constexpr size_t kSlotMinCapacity = 4096;
+inline size_t SlotCapacity(size_t slot_bytes) { return slot_bytes > kSlotMinCapacity ? slot_bytes : kSlotMinCapacity; }
+
 // Bytes of one rank's area for `slot_bytes` of payload per slot and a pipe
 // of `pipe_bytes`.
 inline size_t AreaBytes(size_t slot_bytes, size_t pipe_bytes) {
-  const size_t slot = (sizeof(SlotHeader) + slot_bytes + 63) / 64 * 64;
+  const size_t slot = (sizeof(SlotHeader) + SlotCapacity(slot_bytes) + 63) / 64 * 64;
   return kAreaCtlBytes + 2 * slot + pipe_bytes;
 }
 
@@ -73,14 +78,17 @@ class AreaView {
     return reinterpret_cast<SlotHeader*>(base_ + kAreaCtlBytes + static_cast<size_t>(b) * SlotStride());
   }
   uint8_t* data(int b) const { return reinterpret_cast<uint8_t*>(slot(b)) + sizeof(SlotHeader); }
+  // Payload limit of the small-message algorithms (CHOIR_SHM_SLOT_BYTES).
   size_t slot_bytes() const { return slot_bytes_; }
+  // What a slot can hold (at least kSlotMinCapacity).
+  size_t slot_capacity() const { return SlotCapacity(slot_bytes_); }
   // 64-byte aligned.
   uint8_t* pipe() const { return base_ + kAreaCtlBytes + 2 * SlotStride(); }
   size_t pipe_bytes() const { return pipe_bytes_; }
   bool valid() const { return base_ != nullptr; }
 
  private:
-  size_t SlotStride() const { return (sizeof(SlotHeader) + slot_bytes_ + 63) / 64 * 64; }
+  size_t SlotStride() const { return (sizeof(SlotHeader) + slot_capacity() + 63) / 64 * 64; }
   uint8_t* base_ = nullptr;
   size_t slot_bytes_ = 0;
   size_t pipe_bytes_ = 0;

@@ -1,8 +1,11 @@
 #include "transport/shm/shared_buffers.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <pthread.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,6 +20,7 @@ struct Region {
   uint64_t id;
   size_t bytes;
   int fd;
+  uint64_t inode;
 };
 
 // Every live shared buffer of this process, by address.
@@ -27,7 +31,14 @@ struct Registry {
 };
 
 Registry& TheRegistry() {
-  static Registry* r = new Registry;  // never destroyed: buffers may outlive static destruction
+  // Never destroyed: buffers may outlive static destruction. A fork while
+  // another thread holds the lock must not leave the child's copy locked.
+  static Registry* r = [] {
+    auto* reg = new Registry;
+    pthread_atfork([] { TheRegistry().mu.lock(); }, [] { TheRegistry().mu.unlock(); },
+                   [] { TheRegistry().mu.unlock(); });
+    return reg;
+  }();
   return *r;
 }
 
@@ -63,9 +74,11 @@ Result<void*> AllocateShared(size_t bytes) {
     return Failure(err, "mapping a shared buffer of " + std::to_string(rounded) + " bytes",
                    "; not enough memory (memfd pages count against the memory cgroup)");
   }
+  struct stat st {};
+  fstat(fd, &st);
   Registry& r = TheRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
-  r.by_base[reinterpret_cast<uintptr_t>(p)] = Region{r.next_id++, rounded, fd};
+  r.by_base[reinterpret_cast<uintptr_t>(p)] = Region{r.next_id++, rounded, fd, static_cast<uint64_t>(st.st_ino)};
   return p;
 }
 
@@ -95,7 +108,7 @@ SharedRef FindShared(const void* p, size_t bytes) {
   const uintptr_t base = it->first;
   const Region& region = it->second;
   if (addr - base > region.bytes || bytes > region.bytes - (addr - base)) return {};
-  return SharedRef{region.id, base, region.bytes, region.fd};
+  return SharedRef{region.id, base, region.bytes, region.fd, region.inode};
 }
 
 PeerBufferMaps::~PeerBufferMaps() {
@@ -113,17 +126,38 @@ Result<uint8_t*> PeerBufferMaps::Map(int pid, int peer_rank, const SharedRef& re
       return e.base;
     }
   }
+  if (unavailable_) return static_cast<uint8_t*>(nullptr);
   const std::string who = "the shared buffer of rank " + std::to_string(peer_rank) + " (pid " + std::to_string(pid) + ")";
-  const std::string hint = "; the same ptrace permission as process_vm_readv is needed "
-                           "(CHOIR_SHM_CMA=off avoids both)";
+  // Refusals that say "not here" rather than "not this buffer".
+  auto refused = [this](int err) {
+    if (err == ENOSYS || err == EPERM || err == EACCES) unavailable_ = true;
+    return err == ENOSYS || err == EPERM || err == EACCES || err == ESRCH;
+  };
   auto pidfd_it = pidfds_.find(pid);
   if (pidfd_it == pidfds_.end()) {
     const int pidfd = PidfdOpen(pid);
-    if (pidfd < 0) return Failure(errno, "pidfd_open for " + who, "");
+    if (pidfd < 0) {
+      const int err = errno;
+      if (refused(err)) return static_cast<uint8_t*>(nullptr);
+      return Failure(err, "pidfd_open for " + who, "");
+    }
     pidfd_it = pidfds_.emplace(pid, pidfd).first;
   }
   const int fd = PidfdGetfd(pidfd_it->second, static_cast<int>(ref.fd));
-  if (fd < 0) return Failure(errno, "pidfd_getfd for " + who, hint);
+  if (fd < 0) {
+    const int err = errno;
+    if (refused(err)) return static_cast<uint8_t*>(nullptr);
+    return Failure(err, "pidfd_getfd for " + who,
+                   "; its owner closed the descriptor: a SharedBuffer was destroyed while a collective used it");
+  }
+  // The number may have been reused for another file after the buffer died.
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != ref.inode ||
+      static_cast<uint64_t>(st.st_size) < ref.bytes) {
+    close(fd);
+    return Status(Code::kShmError, who + " is no longer the buffer it published (destroyed while a collective "
+                                         "used it?): keep SharedBuffers alive until their collectives finish");
+  }
   void* p = mmap(nullptr, ref.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int err = errno;
   close(fd);

@@ -28,6 +28,7 @@ struct SharedRef {
   uint64_t base = 0;   // the buffer's address in the owner process
   uint64_t bytes = 0;  // the buffer's length
   int64_t fd = -1;     // the owner's memfd
+  uint64_t inode = 0;  // the memfd's inode: proves a taken-over descriptor is still this buffer
 };
 
 // Creates a shared buffer of `bytes` (rounded up to whole pages), zero-filled
@@ -53,7 +54,11 @@ class PeerBufferMaps {
   // the next call (the operation holds pointers into them).
   void NewOperation() { op_start_ = clock_ + 1; }
   // This process's view of `ref`'s buffer in process `pid` (mapped on first
-  // use). ShmError naming the peer when it cannot be mapped.
+  // use), or null when this kernel or sandbox does not let one process take
+  // another's descriptor (then never tried again: the caller copies through
+  // the kernel instead) or the peer is gone (the caller's copy reports it).
+  // ShmError naming the peer when its descriptor is closed or is no longer
+  // that buffer.
   Result<uint8_t*> Map(int pid, int peer_rank, const SharedRef& ref);
   size_t mapped() const { return entries_.size(); }
 
@@ -71,6 +76,7 @@ class PeerBufferMaps {
   std::map<int, int> pidfds_;  // pid -> pidfd
   uint64_t clock_ = 0;
   uint64_t op_start_ = 1;
+  bool unavailable_ = false;  // pidfd_open/pidfd_getfd refused here
 };
 
 }  // namespace choir::transport

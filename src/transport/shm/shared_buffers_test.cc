@@ -161,6 +161,34 @@ TEST(PeerBufferMapsTest, ABufferThatCannotBeMappedIsAShmErrorNamingTheRank) {
   EXPECT_NE(p.status().message().find("pidfd_getfd"), std::string::npos) << p.status().ToString();
 }
 
+TEST(PeerBufferMapsTest, ADescriptorThatIsNowAnotherFileIsRefused) {
+  // The owner's descriptor number now names another buffer (as after the
+  // first was destroyed and the number reused): its inode gives it away.
+  PeerProcess peer(2);
+  ASSERT_EQ(peer.refs().size(), 2u);
+  SharedRef stale = peer.refs()[0];
+  stale.fd = peer.refs()[1].fd;
+  PeerBufferMaps maps;
+  auto p = maps.Map(peer.pid(), 2, stale);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), Code::kShmError);
+  EXPECT_NE(p.status().message().find("no longer the buffer it published"), std::string::npos)
+      << p.status().ToString();
+}
+
+TEST(PeerBufferMapsTest, APeerThatIsGoneIsLeftToTheKernelCopy) {
+  // No mapping and no error: the caller's process_vm_readv reports PeerLost.
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  waitpid(pid, nullptr, 0);
+  auto b = SharedBuffer::Allocate(4096);
+  ASSERT_TRUE(b.ok());
+  PeerBufferMaps maps;
+  auto p = maps.Map(pid, 1, FindShared(b->data(), 1));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(*p, nullptr);
+}
+
 TEST(PeerBufferMapsTest, ARankOfThisProcessNeedsNoMapping) {
   auto b = SharedBuffer::Allocate(4096);
   ASSERT_TRUE(b.ok());
