@@ -269,6 +269,43 @@ TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
   }
 }
 
+// Buffers from SharedBuffers: every rank reads and writes its peers' buffers
+// with plain loads and stores (threads as ranks, so ASan and TSan see every
+// access), through cma's walks and shm_pipe's switch to them, in place and
+// not, with sizes below and above the push and streaming thresholds.
+TEST(CommSharedTest, SharedBuffersMatchReferenceAndAreReadDirectly) {
+  for (int n : {2, 3, 4}) {
+    auto results = RunRanks(n, [](Communicator& comm) -> Status {
+      SweepOptions so;
+      so.ops = {"broadcast", "allreduce", "allgather", "reduce_scatter", "reduce", "alltoall"};
+      so.dtypes = {DataType::kFloat32};
+      so.counts = {70001, 300001, 2200001};
+      so.all_reduce_ops = false;
+      so.reduce_ops = {ReduceOp::kSum, ReduceOp::kAvg};
+      so.shared_buffers = true;
+      auto cases = RunSweep(comm, so);
+      if (!cases.ok()) return cases.status();
+      if (cases->size() < 40) return Status(Code::kInternal, "only " + std::to_string(cases->size()) + " cases");
+      int direct = 0;
+      for (const SweepCase& c : *cases) {
+        const std::string what = c.op + " " + c.dtype + " " + c.reduce_op + " count " + std::to_string(c.count) +
+                                 (c.in_place ? " in-place" : "") + " [" + c.algorithm + "]";
+        if (!c.ok) return Status(Code::kInternal, what + ": " + c.error);
+        direct += c.algorithm.ends_with("+shared") ? 1 : 0;
+        // Every rank reads or writes a peer's buffer in these (an in-place
+        // alltoall reads a private copy of the input instead).
+        const bool must = c.op == "allreduce" || c.op == "allgather" || c.op == "reduce_scatter" ||
+                          (c.op == "alltoall" && !c.in_place);
+        if (must && !c.algorithm.ends_with("+shared")) {
+          return Status(Code::kInternal, what + " did not reach its peers' SharedBuffers");
+        }
+      }
+      return direct > 0 ? Status::Ok() : Status(Code::kInternal, "no case read a peer's SharedBuffer");
+    }, Opts("shm", 120s));
+    ExpectAllOk(results);
+  }
+}
+
 // shm_pipe with a tiny pipe (many steps, both parities, chunks that split
 // elements unevenly) and process_vm_readv turned off, as in containers that
 // forbid it: every dtype and reduce op, in place and not, 2-4 ranks.
