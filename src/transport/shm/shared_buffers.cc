@@ -117,8 +117,6 @@ PeerBufferMaps::~PeerBufferMaps() {
 }
 
 Result<uint8_t*> PeerBufferMaps::Map(int pid, int peer_rank, const SharedRef& ref) {
-  // A rank of this very process (threads as ranks): its buffer is mapped here already.
-  if (pid == getpid()) return reinterpret_cast<uint8_t*>(ref.base);
   ++clock_;
   for (Entry& e : entries_) {
     if (e.pid == pid && e.id == ref.id) {
@@ -133,8 +131,14 @@ Result<uint8_t*> PeerBufferMaps::Map(int pid, int peer_rank, const SharedRef& re
     if (err == ENOSYS || err == EPERM || err == EACCES) unavailable_ = true;
     return err == ENOSYS || err == EPERM || err == EACCES || err == ESRCH;
   };
+  // A rank of this very process (threads as ranks) gets a mapping of its
+  // own too, so that a rank that frees its buffer early (after an abort)
+  // cannot pull the memory from under a peer that still copies.
+  const bool same_process = pid == getpid();
   auto pidfd_it = pidfds_.find(pid);
-  if (pidfd_it == pidfds_.end()) {
+  if (same_process) {
+    // no pidfd needed
+  } else if (pidfd_it == pidfds_.end()) {
     const int pidfd = PidfdOpen(pid);
     if (pidfd < 0) {
       const int err = errno;
@@ -143,7 +147,7 @@ Result<uint8_t*> PeerBufferMaps::Map(int pid, int peer_rank, const SharedRef& re
     }
     pidfd_it = pidfds_.emplace(pid, pidfd).first;
   }
-  const int fd = PidfdGetfd(pidfd_it->second, static_cast<int>(ref.fd));
+  const int fd = same_process ? dup(static_cast<int>(ref.fd)) : PidfdGetfd(pidfd_it->second, static_cast<int>(ref.fd));
   if (fd < 0) {
     const int err = errno;
     if (refused(err)) return static_cast<uint8_t*>(nullptr);

@@ -189,14 +189,21 @@ TEST(PeerBufferMapsTest, APeerThatIsGoneIsLeftToTheKernelCopy) {
   EXPECT_EQ(*p, nullptr);
 }
 
-TEST(PeerBufferMapsTest, ARankOfThisProcessNeedsNoMapping) {
+TEST(PeerBufferMapsTest, ARankOfThisProcessGetsItsOwnMappingThatOutlivesTheBuffer) {
+  // Threads as ranks: the peer's view must stay valid even if the owner
+  // frees the buffer (as after an abort) while the peer still copies.
   auto b = SharedBuffer::Allocate(4096);
   ASSERT_TRUE(b.ok());
+  b->as<uint8_t>()[10] = 42;
   PeerBufferMaps maps;
   auto p = maps.Map(getpid(), 0, FindShared(b->data(), 1));
-  ASSERT_TRUE(p.ok());
-  EXPECT_EQ(*p, b->data());
-  EXPECT_EQ(maps.mapped(), 0u);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_NE(*p, b->data());
+  EXPECT_EQ((*p)[10], 42);
+  EXPECT_EQ(maps.mapped(), 1u);
+  { SharedBuffer gone = std::move(*b); }
+  (*p)[11] = 7;  // still mapped here
+  EXPECT_EQ((*p)[10], 42);
 }
 
 }  // namespace
