@@ -149,23 +149,20 @@ class SharedCpuAllocator final : public c10::Allocator {
       if (it != a.live_.end()) {
         b = it->second;
         a.live_.erase(it);
+        if (!a.forked_child_ && a.cached_ + b->size() <= kCacheBytes) {
+          a.cached_ += b->size();
+          a.free_[b->size()].push_back(b);
+          return;
+        }
       }
     }
-    if (b == nullptr) {
-      // raw_allocate() below min_bytes went to the fallback (torch's own
-      // allocator always has a raw deleter).
-      if (c10::DeleterFnPtr d = a.fallback_->raw_deleter(); d != nullptr) d(ptr);
+    if (b != nullptr) {
+      delete b;  // outside the lock: it takes the SharedBuffer registry's
       return;
     }
-    {
-      std::lock_guard<std::mutex> lock(a.mu_);
-      if (!a.forked_child_ && a.cached_ + b->size() <= kCacheBytes) {
-        a.cached_ += b->size();
-        a.free_[b->size()].push_back(b);
-        return;
-      }
-    }
-    delete b;
+    // raw_allocate() below min_bytes went to the fallback (torch's own
+    // allocator always has a raw deleter).
+    if (c10::DeleterFnPtr d = a.fallback_->raw_deleter(); d != nullptr) d(ptr);
   }
 
   c10::Allocator* fallback_;

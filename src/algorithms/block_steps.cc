@@ -54,10 +54,9 @@ Status RingReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, c
 // Cost: 1 step; each rank reads its block of every peer's input once.
 Status CmaReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks) {
   AreaOp op(c);
-  std::vector<PeerBuffers> bufs;
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, my_out, &bufs));
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, my_out));
   const auto& mine = blocks[static_cast<size_t>(op.me())];
-  CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, in, mine.offset * c.elem_size(), mine.count, my_out, nullptr,
+  CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * c.elem_size(), mine.count, my_out, nullptr,
                                         {.push = false, .streaming = mine.count * c.elem_size() >= kStreamingBytes}));
   return op.Finish();
 }
@@ -87,9 +86,8 @@ Status RingAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
 // owner while it fits the caches, pulled by the reader beyond).
 Status CmaAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
   AreaOp op(c);
-  std::vector<PeerBuffers> bufs;
   uint8_t* own = buf + blocks[static_cast<size_t>(c.rank())].offset * c.elem_size();
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, own, buf, &bufs));
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, own, buf));
   return CmaAllgatherWith(op, own, buf, blocks);
 }
 
@@ -100,9 +98,14 @@ Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Bloc
   const auto& mine = blocks[static_cast<size_t>(op.me())];
   size_t total = 0;
   for (const auto& b : blocks) total += b.count;
-  // Copies into SharedBuffers stream from a smaller size than the others.
-  const bool streaming = op.AllShared() ? total * es >= kSharedGatherStreamingBytes : mine.count * es >= (8u << 20);
-  if (buf + mine.offset * es != own) kernels::CopyBytes(buf + mine.offset * es, own, mine.count * es, streaming);
+  // Copies into SharedBuffers stream from a smaller size than CopyIfDistinct's.
+  const bool shared = op.AllShared();
+  const bool streaming = shared && total * es >= kSharedGatherStreamingBytes;
+  if (!shared) {
+    CopyIfDistinct(buf + mine.offset * es, own, mine.count * es);
+  } else if (buf + mine.offset * es != own) {
+    kernels::CopyBytes(buf + mine.offset * es, own, mine.count * es, streaming);
+  }
   // A block under kStreamingBytes is pushed by its owner, who has just
   // written it (process_vm_writev; about twice as fast at 256 KiB-1 MiB as
   // the reader pulling it, see docs/performance.md); a larger one is pulled

@@ -26,8 +26,7 @@ namespace choir::algorithms {
 
 Status AllreduceCma(Context& c, const OpArgs& a) {
   AreaOp op(c);
-  std::vector<PeerBuffers> bufs;
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv, &bufs));
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv));
   return CmaReduceWith(op, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
                        EvenBlocks(a.count, c.size()), /*gather=*/true, /*average=*/true);
 }
@@ -46,7 +45,7 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
   };
   const bool slice_streams = mine.count * es >= kStreamingBytes;
   if (!gather) {
-    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, in, mine.offset * es, mine.count, my_out,
+    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * es, mine.count, my_out,
                                           [&](uint64_t, uint8_t* chunk, size_t elems) { finish(chunk, elems); },
                                           {.push = false, .streaming = slice_streams}));
     return op.Finish();
@@ -62,7 +61,7 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
   const bool shared = op.AllShared();
   if (total * es < kStreamingBytes || shared) {
     const bool streaming = shared ? total * es >= kSharedReduceStreamingBytes : slice_streams;
-    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, in, mine.offset * es, mine.count, my_out,
+    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * es, mine.count, my_out,
                                           [&](uint64_t, uint8_t* chunk, size_t elems) { finish(chunk, elems); },
                                           {.push = true, .streaming = streaming}));
     for (int p = 0; p < n; ++p) {
@@ -70,7 +69,7 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
     }
     return op.Finish();
   }
-  CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, in, mine.offset * es, mine.count, my_out,
+  CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * es, mine.count, my_out,
                                         [&](uint64_t k, uint8_t* chunk, size_t elems) {
                                           finish(chunk, elems);
                                           op.SetProgress(k + 1);
@@ -101,17 +100,16 @@ Status ReduceScatterCma(Context& c, const OpArgs& a) {
 
 Status AllgatherCma(Context& c, const OpArgs& a) {
   AreaOp op(c);
-  std::vector<PeerBuffers> bufs;
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv, &bufs));
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv));
   return CmaAllgatherWith(op, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
                           patterns::BlocksFromCounts(a.RecvCounts(c.size())));
 }
 
 Status BroadcastCma(Context& c, const OpArgs& a) {
   AreaOp op(c);
-  std::vector<PeerBuffers> bufs;
   const bool root = c.rank() == a.root;
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, root ? a.send : nullptr, a.recv, &bufs));
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, root ? a.send : nullptr, a.recv));
+  const std::vector<PeerBuffers>& bufs = op.peers();
   const size_t bytes = a.count * c.elem_size();
   // An in-place root's core would idle while every receiver copies: it
   // writes the tail of the buffer into each receiver itself
@@ -140,10 +138,9 @@ Status BroadcastCma(Context& c, const OpArgs& a) {
 
 Status ReduceCma(Context& c, const OpArgs& a) {
   AreaOp op(c);
-  std::vector<PeerBuffers> bufs;
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv, &bufs));
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv));
   if (c.rank() == a.root) {
-    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, bufs, static_cast<const uint8_t*>(a.send), 0, a.count,
+    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, static_cast<const uint8_t*>(a.send), 0, a.count,
                                           static_cast<uint8_t*>(a.recv), nullptr,
                                           {.push = false, .streaming = a.count * c.elem_size() >= kStreamingBytes}));
     FinishAverage(c, a.recv, a.count);
@@ -153,8 +150,8 @@ Status ReduceCma(Context& c, const OpArgs& a) {
 
 Status GatherCma(Context& c, const OpArgs& a) {
   AreaOp op(c);
-  std::vector<PeerBuffers> bufs;
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv, &bufs));
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv));
+  const std::vector<PeerBuffers>& bufs = op.peers();
   if (c.rank() == a.root) {
     const size_t block = a.count * c.elem_size();
     auto* out = static_cast<uint8_t*>(a.recv);
@@ -170,8 +167,8 @@ Status GatherCma(Context& c, const OpArgs& a) {
 
 Status ScatterCma(Context& c, const OpArgs& a) {
   AreaOp op(c);
-  std::vector<PeerBuffers> bufs;
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv, &bufs));
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv));
+  const std::vector<PeerBuffers>& bufs = op.peers();
   const size_t block = a.count * c.elem_size();
   const size_t mine = static_cast<size_t>(c.rank()) * block;
   if (c.rank() == a.root) {
@@ -200,9 +197,9 @@ Status AlltoallCma(Context& c, const OpArgs& a) {
     send = copy.data();
   }
   AreaOp op(c);
-  std::vector<PeerBuffers> bufs;
   std::vector<std::vector<uint64_t>> tables;
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, send, a.recv, &bufs, offsets, &tables));
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, send, a.recv, offsets, &tables));
+  const std::vector<PeerBuffers>& bufs = op.peers();
   auto* out = static_cast<uint8_t*>(a.recv);
   const auto me = static_cast<size_t>(op.me());
   CopyIfDistinct(out + rblocks[me].offset * es, static_cast<const uint8_t*>(send) + sblocks[me].offset * es,

@@ -156,8 +156,8 @@ Status WriteRemote(int pid, int peer_rank, uint64_t remote, const void* local, s
   return MoveRemote(true, pid, peer_rank, const_cast<uint8_t*>(static_cast<const uint8_t*>(local)), remote, bytes);
 }
 
-Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<PeerBuffers>* all,
-                         const std::vector<uint64_t>& table, std::vector<std::vector<uint64_t>>* tables) {
+Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, const std::vector<uint64_t>& table,
+                         std::vector<std::vector<uint64_t>>* tables) {
   // The same on every rank (the table has one entry per local rank), so
   // every rank fails alike rather than one overrunning its slot.
   if (sizeof(PeerBuffers) + table.size() * sizeof(uint64_t) > op.slot_capacity()) {
@@ -177,10 +177,10 @@ Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<P
   if (!table.empty()) std::memcpy(op.my_data() + sizeof(mine), table.data(), table.size() * sizeof(uint64_t));
   op.Publish(sizeof(mine) + table.size() * sizeof(uint64_t));
   CHOIR_RETURN_IF_ERROR(op.WaitAll());
-  all->resize(static_cast<size_t>(op.size()));
+  op.peers_.resize(static_cast<size_t>(op.size()));
   if (tables) tables->resize(static_cast<size_t>(op.size()));
   for (int p = 0; p < op.size(); ++p) {
-    std::memcpy(&(*all)[static_cast<size_t>(p)], op.data(p), sizeof(PeerBuffers));
+    std::memcpy(&op.peers_[static_cast<size_t>(p)], op.data(p), sizeof(PeerBuffers));
     if (tables) {
       auto& t = (*tables)[static_cast<size_t>(p)];
       t.resize(table.size());
@@ -188,7 +188,6 @@ Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<P
     }
   }
   op.FinishReads();
-  op.set_peers(*all);
   op.ctx().local_group()->peer_buffers.NewOperation();
   return Status::Ok();
 }
@@ -240,10 +239,11 @@ Status CopyToPeer(AreaOp& op, int p, uint64_t remote, const void* src, size_t by
   return Status::Ok();
 }
 
-Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const uint8_t* own,
+Status ReduceFromPeers(AreaOp& op, const uint8_t* own,
                        uint64_t offset, size_t elems, uint8_t* dst,
                        const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk, ReduceWalk walk) {
   Context& c = op.ctx();
+  const std::vector<PeerBuffers>& bufs = op.peers();
   const int n = op.size();
   const size_t es = c.elem_size();
   const size_t chunk = std::max<size_t>(1, kCmaChunkBytes / es);

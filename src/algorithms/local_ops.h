@@ -74,7 +74,6 @@ class AreaOp {
 
   // Buffers every rank published (ExchangeAddresses).
   const std::vector<PeerBuffers>& peers() const { return peers_; }
-  void set_peers(std::vector<PeerBuffers> peers) { peers_ = std::move(peers); }
   // Where `bytes` at `remote` in local rank p's memory can be reached with
   // plain loads and stores: inside a SharedBuffer p published, mapped here;
   // null when they are ordinary memory (use process_vm_readv/writev).
@@ -99,7 +98,10 @@ class AreaOp {
   transport::LocalGroup* group_;
   uint64_t id_;
   int parity_;
-  std::vector<PeerBuffers> peers_;
+  std::vector<PeerBuffers> peers_;  // filled by ExchangeAddresses
+
+  friend Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, const std::vector<uint64_t>& table,
+                                  std::vector<std::vector<uint64_t>>* tables);
 };
 
 // Reads `bytes` at `remote` in process `pid` into `local` (process_vm_readv,
@@ -109,10 +111,9 @@ Status ReadRemote(int pid, int peer_rank, void* local, uint64_t remote, size_t b
 Status WriteRemote(int pid, int peer_rank, uint64_t remote, const void* local, size_t bytes);
 
 // Publishes this rank's buffer addresses, and where they lie in SharedBuffers
-// (plus an optional table of numbers), reads every rank's into `all` and
-// op.peers(), then releases the slots.
-Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, std::vector<PeerBuffers>* all,
-                         const std::vector<uint64_t>& table = {},
+// (plus an optional table of numbers), reads every rank's into op.peers()
+// (and `tables`), then releases the slots.
+Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, const std::vector<uint64_t>& table = {},
                          std::vector<std::vector<uint64_t>>* tables = nullptr);
 // Copies `bytes` from local rank p's memory at `remote` into `dst`: with
 // plain loads from a mapped SharedBuffer, else (process_vm_readv) straight
@@ -135,7 +136,7 @@ struct ReduceWalk {
 // offset `offset` of their `send` buffers (this rank's from `own`), chunk by
 // chunk; after each chunk, on_chunk(chunk_index, result_chunk,
 // elems_in_chunk), which may still change the result.
-Status ReduceFromPeers(AreaOp& op, const std::vector<PeerBuffers>& bufs, const uint8_t* own,
+Status ReduceFromPeers(AreaOp& op, const uint8_t* own,
                        uint64_t offset, size_t elems, uint8_t* dst,
                        const std::function<void(uint64_t, uint8_t*, size_t)>& on_chunk, ReduceWalk walk);
 
@@ -149,7 +150,7 @@ inline constexpr size_t kPipeMinBytes = 4u << 20;        // shm_pipe before cma 
 inline constexpr size_t kRootShareMinBytes = 256 * 1024;  // a broadcast root writes a share from here on
 // With every rank's buffers in SharedBuffers, the owner of a slice always
 // pushes it, and streaming stores pay off later for an allreduce than for an
-// allgather's copies (measured: docs/performance.md).
+// allgather's copies (measured: docs/performance.md, "The SharedBuffer thresholds").
 inline constexpr size_t kSharedReduceStreamingBytes = 32u << 20;  // of the whole buffer
 inline constexpr size_t kSharedGatherStreamingBytes = 2u << 20;   // of the whole output
 

@@ -64,8 +64,7 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const voi
   if (!PipeFits(op.pipe_bytes(), op.size(), es, most)) {
     return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
   }
-  std::vector<PeerBuffers> bufs;
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, out, &bufs));
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, out));
   return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes, op.AllShared()};
 }
 

@@ -134,20 +134,22 @@ Result<uint8_t*> PeerBufferMaps::Map(int pid, int peer_rank, const SharedRef& re
   // A rank of this very process (threads as ranks) gets a mapping of its
   // own too, so that a rank that frees its buffer early (after an abort)
   // cannot pull the memory from under a peer that still copies.
-  const bool same_process = pid == getpid();
-  auto pidfd_it = pidfds_.find(pid);
-  if (same_process) {
-    // no pidfd needed
-  } else if (pidfd_it == pidfds_.end()) {
-    const int pidfd = PidfdOpen(pid);
-    if (pidfd < 0) {
-      const int err = errno;
-      if (refused(err)) return static_cast<uint8_t*>(nullptr);
-      return Failure(err, "pidfd_open for " + who, "");
+  int fd = -1;
+  if (pid == getpid()) {
+    fd = dup(static_cast<int>(ref.fd));
+  } else {
+    auto pidfd_it = pidfds_.find(pid);
+    if (pidfd_it == pidfds_.end()) {
+      const int pidfd = PidfdOpen(pid);
+      if (pidfd < 0) {
+        const int err = errno;
+        if (refused(err)) return static_cast<uint8_t*>(nullptr);
+        return Failure(err, "pidfd_open for " + who, "");
+      }
+      pidfd_it = pidfds_.emplace(pid, pidfd).first;
     }
-    pidfd_it = pidfds_.emplace(pid, pidfd).first;
+    fd = PidfdGetfd(pidfd_it->second, static_cast<int>(ref.fd));
   }
-  const int fd = same_process ? dup(static_cast<int>(ref.fd)) : PidfdGetfd(pidfd_it->second, static_cast<int>(ref.fd));
   if (fd < 0) {
     const int err = errno;
     if (refused(err)) return static_cast<uint8_t*>(nullptr);
