@@ -40,7 +40,11 @@ struct Algorithm {
 
 // Every algorithm, grouped by collective.
 const std::vector<Algorithm>& AllAlgorithms();
+// The algorithms of one collective, in registry order (no scan per call).
+const std::vector<const Algorithm*>& AlgorithmsFor(CollKind kind);
 const Algorithm* FindAlgorithm(CollKind kind, std::string_view name);
+// True for "hier", the algorithm that runs others per level.
+bool IsHierarchical(const Algorithm& a);
 
 Status AllreduceRing(Context& c, const OpArgs& a);
 Status AllreduceRecursiveDoubling(Context& c, const OpArgs& a);

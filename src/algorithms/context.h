@@ -90,13 +90,9 @@ class Context {
   bool covers_whole_comm() const { return ranks_.empty(); }
   // Communicator ranks of this group in group order.
   std::vector<int> GroupRanks() const;
-  Status WaitLocal(const std::function<bool(int)>& owes, const std::function<std::string()>& what) {
-    return endpoint_->WaitLocal(owes, *hooks_, what);
-  }
-  // Marks the moment the first peer data of this collective became readable
-  // (the late-arrival metric); later calls keep the first mark.
-  void NoteDataArrived() const {
-    if (hooks_->first_data_ns != nullptr && *hooks_->first_data_ns == 0) *hooks_->first_data_ns = NowNanos();
+  Status WaitLocal(const std::function<bool(int)>& owes, const std::function<std::string()>& what,
+                   bool marks_data = false) {
+    return endpoint_->WaitLocal(owes, *hooks_, what, marks_data);
   }
   // Marks that this collective reached a peer's SharedBuffer directly (shown
   // as "+shared" after the algorithm's name).

@@ -24,18 +24,20 @@ AreaOp::AreaOp(Context& c) : ctx_(&c), group_(c.local_group()) {
   parity_ = static_cast<int>(id_ & 1);
 }
 
-Status AreaOp::Wait(const std::function<bool(int)>& owes, const char* to_do) {
+Status AreaOp::Wait(const std::function<bool(int)>& owes, const char* to_do, bool marks_data) {
   return ctx_->WaitLocal(owes, [&] {
     std::string who;
     for (int p = 0; p < size(); ++p) {
       if (p != me() && owes(p)) who += (who.empty() ? "rank " : ", rank ") + std::to_string(group_->ranks[static_cast<size_t>(p)]);
     }
     return who + " " + to_do;
-  });
+  }, marks_data);
 }
 
 Status AreaOp::Acquire() {
-  if (id_ <= 2) return Status::Ok();
+  // Free for sure: the first use of each slot, or every peer already
+  // published the operation after the one that last used it (local_group.h).
+  if (id_ <= 2 || group_->seen_from_all + 1 >= id_) return Status::Ok();
   const uint64_t need = id_ - 2;  // the previous operation that used this slot
   return Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].ctl()->read_done[parity_].load(std::memory_order_acquire) < need; },
               "to finish reading this rank's shared slot");
@@ -61,14 +63,14 @@ Status AreaOp::CheckSignature(int p) const {
 Status AreaOp::WaitFor(int p) {
   const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(parity_);
   CHOIR_RETURN_IF_ERROR(Wait([&](int q) { return q == p && h->id.load(std::memory_order_acquire) != id_; },
-                             "to arrive (same-host slot)"));
+                             "to arrive (same-host slot)", /*marks_data=*/true));
   return CheckSignature(p);
 }
 
 Status AreaOp::WaitAll() {
   CHOIR_RETURN_IF_ERROR(Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].slot(parity_)->id.load(std::memory_order_acquire) != id_; },
-                             "to arrive (same-host slots)"));
-  ctx_->NoteDataArrived();
+                             "to arrive (same-host slots)", /*marks_data=*/true));
+  group_->seen_from_all = id_;
   for (int p = 0; p < size(); ++p) {
     if (p != me()) CHOIR_RETURN_IF_ERROR(CheckSignature(p));
   }

@@ -1,3 +1,4 @@
+#include <array>
 #include <cstring>
 
 #include "algorithms/algorithms.h"
@@ -62,12 +63,23 @@ const std::vector<Algorithm>& AllAlgorithms() {
   return all;
 }
 
+const std::vector<const Algorithm*>& AlgorithmsFor(CollKind kind) {
+  static const auto* by_kind = [] {
+    auto* table = new std::array<std::vector<const Algorithm*>, kNumCollKinds>();
+    for (const Algorithm& a : AllAlgorithms()) (*table)[static_cast<size_t>(a.kind)].push_back(&a);
+    return table;
+  }();
+  return (*by_kind)[static_cast<size_t>(kind)];
+}
+
 const Algorithm* FindAlgorithm(CollKind kind, std::string_view name) {
-  for (const Algorithm& a : AllAlgorithms()) {
-    if (a.kind == kind && name == a.name) return &a;
+  for (const Algorithm* a : AlgorithmsFor(kind)) {
+    if (name == a->name) return a;
   }
   return nullptr;
 }
+
+bool IsHierarchical(const Algorithm& a) { return a.name[0] == 'h' && std::strcmp(a.name, "hier") == 0; }
 
 void CopyIfDistinct(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes > 0) kernels::CopyBytes(dst, src, bytes, bytes >= (8u << 20));

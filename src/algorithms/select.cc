@@ -11,10 +11,9 @@ namespace {
 
 std::string NamesFor(CollKind kind) {
   std::string names;
-  for (const Algorithm& a : AllAlgorithms()) {
-    if (a.kind != kind) continue;
+  for (const Algorithm* a : AlgorithmsFor(kind)) {
     if (!names.empty()) names += ", ";
-    names += a.name;
+    names += a->name;
   }
   return names;
 }
@@ -28,15 +27,14 @@ bool Usable(const Algorithm& a, const GroupView& g, const OpArgs& args) {
   return a.usable == nullptr || a.usable(g, args);
 }
 
-bool IsHierarchical(const Algorithm& a) { return std::string_view(a.name) == "hier"; }
-
 const Algorithm* DefaultFor(const GroupView& g, const OpArgs& args, uint64_t bytes,
                             const SelectConfig& config, bool substep, std::string* why) {
+  const std::vector<const Algorithm*>& candidates = AlgorithmsFor(args.kind);
   // One host: the shared area, in registry order (slots first, then single copy).
-  for (const Algorithm& a : AllAlgorithms()) {
-    if (a.kind == args.kind && a.usable != nullptr && !IsHierarchical(a) && a.usable(g, args)) {
+  for (const Algorithm* a : candidates) {
+    if (a->usable != nullptr && !IsHierarchical(*a) && a->usable(g, args)) {
       if (why) *why = "all ranks on one host";
-      return &a;
+      return a;
     }
   }
   // Several hosts: the cheapest by the cost model.
@@ -44,14 +42,14 @@ const Algorithm* DefaultFor(const GroupView& g, const OpArgs& args, uint64_t byt
     const Algorithm* best = nullptr;
     double best_cost = std::numeric_limits<double>::infinity();
     std::string table;
-    for (const Algorithm& a : AllAlgorithms()) {
-      if (a.kind != args.kind || a.predict == nullptr || !Usable(a, g, args)) continue;
-      if (substep && IsHierarchical(a)) continue;
-      const double t = a.predict(g, args);
-      table += fmt::format("{}{} {:.3g}s", table.empty() ? "" : ", ", a.name, t);
+    for (const Algorithm* a : candidates) {
+      if (a->predict == nullptr || !Usable(*a, g, args)) continue;
+      if (substep && IsHierarchical(*a)) continue;
+      const double t = a->predict(g, args);
+      if (why) table += fmt::format("{}{} {:.3g}s", table.empty() ? "" : ", ", a->name, t);
       if (t < best_cost) {
         best_cost = t;
-        best = &a;
+        best = a;
       }
     }
     if (best != nullptr) {
@@ -60,13 +58,15 @@ const Algorithm* DefaultFor(const GroupView& g, const OpArgs& args, uint64_t byt
     }
   }
   if (args.kind == CollKind::kAllreduce) {
+    static const Algorithm* const small = FindAlgorithm(CollKind::kAllreduce, "recursive_doubling");
+    static const Algorithm* const large = FindAlgorithm(CollKind::kAllreduce, "ring");
     if (why) *why = bytes <= config.small_bytes ? "small message" : "large message";
-    return FindAlgorithm(args.kind, bytes <= config.small_bytes ? "recursive_doubling" : "ring");
+    return bytes <= config.small_bytes ? small : large;
   }
-  for (const Algorithm& a : AllAlgorithms()) {
-    if (a.kind == args.kind && a.usable == nullptr) {
+  for (const Algorithm* a : candidates) {
+    if (a->usable == nullptr) {
       if (why) *why = "default";
-      return &a;
+      return a;
     }
   }
   return nullptr;

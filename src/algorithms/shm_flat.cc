@@ -8,6 +8,7 @@
 // and round once), so every rank gets bit-identical results. No rings, no
 // per-message headers, no thread hand-off: this is the latency path.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -18,12 +19,23 @@
 namespace choir::algorithms {
 namespace {
 
-// Pointers to every rank's slot data, in rank order.
-std::vector<const void*> AllSlots(const AreaOp& op, size_t offset) {
-  std::vector<const void*> srcs(static_cast<size_t>(op.size()));
-  for (int p = 0; p < op.size(); ++p) srcs[static_cast<size_t>(p)] = op.data(p) + offset;
-  return srcs;
-}
+// Pointers to every rank's slot data, in rank order; no allocation for up to
+// kInline ranks (the latency path).
+class AllSlots {
+ public:
+  AllSlots(const AreaOp& op, size_t offset) {
+    const size_t n = static_cast<size_t>(op.size());
+    if (n > kInline) heap_.resize(n);
+    const void** out = n > kInline ? heap_.data() : inline_.data();
+    for (size_t p = 0; p < n; ++p) out[p] = op.data(static_cast<int>(p)) + offset;
+  }
+  const void* const* data() const { return heap_.empty() ? inline_.data() : heap_.data(); }
+
+ private:
+  static constexpr size_t kInline = 16;
+  std::array<const void*, kInline> inline_{};
+  std::vector<const void*> heap_;
+};
 
 void Copy(void* dst, const void* src, size_t bytes) {
   if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);

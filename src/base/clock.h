@@ -24,15 +24,18 @@ inline double NowSeconds() { return static_cast<double>(NowNanos()) * 1e-9; }
 class Deadline {
  public:
   static Deadline Infinite() { return Deadline(INT64_MAX); }
-  static Deadline AfterSeconds(double seconds) {
-    if (seconds <= 0) return Deadline(NowNanos());
+  static Deadline AfterSeconds(double seconds) { return AfterSecondsFrom(NowNanos(), seconds); }
+  // The same from a clock reading the caller already has (one read less).
+  static Deadline AfterSecondsFrom(int64_t now_ns, double seconds) {
+    if (seconds <= 0) return Deadline(now_ns);
     if (seconds > 1e9) return Infinite();
-    return Deadline(NowNanos() + static_cast<int64_t>(seconds * 1e9));
+    return Deadline(now_ns + static_cast<int64_t>(seconds * 1e9));
   }
   static Deadline AtNanos(int64_t ns) { return Deadline(ns); }
 
   bool infinite() const { return at_ns_ == INT64_MAX; }
   bool Expired() const { return !infinite() && NowNanos() >= at_ns_; }
+  bool ExpiredAt(int64_t now_ns) const { return now_ns >= at_ns_; }
   int64_t at_nanos() const { return at_ns_; }
   // Nanoseconds left (0 when expired, INT64_MAX when infinite).
   int64_t RemainingNanos() const {

@@ -48,7 +48,7 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
   // A thread that waits for this operation before the progress thread took
   // it runs it (and anything queued before it) itself.
   state->help = [engine = std::weak_ptr<Engine>(engine_), raw = state.get()] {
-    if (auto e = engine.lock()) e->Help([raw] { return raw->done.load(std::memory_order_acquire); });
+    if (auto e = engine.lock()) e->Help([raw] { return raw->is_done(); });
   };
   engine_->Submit([this, args = std::move(args), options, state]() mutable { Execute(args, options, *state); },
                   false);
@@ -56,7 +56,7 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
 }
 
 void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& state) {
-  WorkInfo info;
+  CompletionInfo info;
   const int64_t start = NowNanos();
   int64_t first_data_ns = 0;
   int algo_index = -1;
@@ -69,7 +69,7 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
   } else {
     const double timeout = options.timeout.count() > 0 ? static_cast<double>(options.timeout.count()) / 1000
                                                        : config_.timeout_seconds;
-    const Deadline deadline = Deadline::AfterSeconds(timeout);
+    const Deadline deadline = Deadline::AfterSecondsFrom(start, timeout);
     if (args.kind == CollKind::kSend || args.kind == CollKind::kRecv) {
       s = RunPointToPoint(args, deadline, &info.source_rank);
       if (!s.ok()) {
@@ -78,10 +78,9 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
       }
     } else {
       info.sequence = ++seq_;
-      bool shared_buffers = false;
-      s = RunCollective(args, options, info.sequence, &shared_buffers, deadline, &algo_index, &first_data_ns);
+      s = RunCollective(args, options, info.sequence, start, deadline, &info.shared_buffers, &algo_index,
+                        &first_data_ns);
       if (algo_index >= 0) info.algorithm = algorithms::AllAlgorithms()[static_cast<size_t>(algo_index)].name;
-      if (shared_buffers) info.algorithm += "+shared";
     }
     // Relay even a peer's failure: the rank that failed first may not have
     // reached everyone (it may have died). Our own Abort() already told them.
@@ -91,13 +90,12 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
   metrics_->RecordOp(args.kind, args.SelectionBytes(size_), info.seconds, s.ok(), algo_index,
                      first_data_ns > 0 ? static_cast<double>(first_data_ns - start) * 1e-9 : 0);
   if (!s.ok()) metrics_->RecordError(s.number());
-  state.Complete(std::move(s), std::move(info));
+  state.Complete(std::move(s), info);
 }
 
-Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_t seq, bool* shared_buffers,
-                               Deadline deadline, int* algo_index, int64_t* first_data_ns) {
+Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
+                               Deadline deadline, bool* shared_buffers, int* algo_index, int64_t* first_data_ns) {
   const Signature sig = Signature::Of(args);
-  const int64_t start = NowNanos();
   OpObserver observer(this, sig, seq);
   transport::RunHooks hooks;
   hooks.deadline = deadline;

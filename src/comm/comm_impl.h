@@ -85,8 +85,9 @@ class CommImpl {
   Status Validate(const algorithms::OpArgs& args) const;
   // Runs one operation to completion on the current thread.
   void Execute(algorithms::OpArgs& args, const CallOptions& options, Work::State& state);
-  Status RunCollective(algorithms::OpArgs& args, const CallOptions& options, uint64_t seq, bool* shared_buffers,
-                       Deadline deadline, int* algo_index, int64_t* first_data_ns);
+  // `start`: when Execute began (NowNanos), for the elapsed time in errors.
+  Status RunCollective(algorithms::OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
+                       Deadline deadline, bool* shared_buffers, int* algo_index, int64_t* first_data_ns);
   Status RunPointToPoint(algorithms::OpArgs& args, Deadline deadline, int* source);
   Status CheckSignatures(const algorithms::Signature& mine, uint64_t seq, Deadline deadline);
   Status MismatchError(const algorithms::Signature& mine, uint64_t seq,

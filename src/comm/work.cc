@@ -1,20 +1,66 @@
 #include "comm/work_state.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <ctime>
+
+#include "base/clock.h"
+
 namespace choir {
+
+void Work::State::Complete(Status s, const CompletionInfo& i) {
+  std::unique_lock<std::mutex> lock(mu);
+  status = std::move(s);
+  info = i;
+  while (!callbacks.empty()) {
+    std::vector<std::function<void(const Status&)>> run;
+    run.swap(callbacks);
+    const Status final_status = status;
+    lock.unlock();
+    for (auto& callback : run) callback(final_status);
+    lock.lock();
+  }
+  // Store, then look for sleepers; a sleeper registers, then re-checks
+  // `done` (both sequentially consistent), so one of the two sees the other.
+  done.store(1, std::memory_order_seq_cst);
+  lock.unlock();
+  if (sleepers.load(std::memory_order_seq_cst) != 0) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+  }
+}
+
+bool Work::State::Block(std::chrono::nanoseconds timeout) {
+  if (is_done()) return true;
+  const bool limited = timeout.count() >= 0;
+  const int64_t until = limited ? NowNanos() + timeout.count() : 0;
+  sleepers.fetch_add(1, std::memory_order_seq_cst);
+  while (!is_done()) {
+    timespec ts{};
+    if (limited) {
+      const int64_t left = until - NowNanos();
+      if (left <= 0) break;
+      ts = {static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
+    }
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done), FUTEX_WAIT_PRIVATE, 0, limited ? &ts : nullptr, nullptr, 0);
+  }
+  sleepers.fetch_sub(1, std::memory_order_relaxed);
+  return is_done();
+}
 
 Status Work::Wait() const {
   if (!state_) return Status::Ok();
-  if (state_->done.load(std::memory_order_acquire)) return state_->status;
+  if (state_->is_done()) return state_->status;
   if (state_->help) state_->help();
-  std::unique_lock<std::mutex> lock(state_->mu);
-  state_->cv.wait(lock, [&] { return state_->done.load(std::memory_order_acquire); });
+  state_->Block(std::chrono::nanoseconds(-1));
   return state_->status;
 }
 
 Status Work::WaitFor(std::chrono::milliseconds timeout) const {
   if (!state_) return Status::Ok();
-  std::unique_lock<std::mutex> lock(state_->mu);
-  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done.load(std::memory_order_acquire); })) {
+  if (!state_->Block(timeout)) {
     return Status(Code::kCollectiveTimeout,
                   "the operation is still running after " + std::to_string(timeout.count()) +
                       " ms (it continues under its own deadline)");
@@ -22,7 +68,7 @@ Status Work::WaitFor(std::chrono::milliseconds timeout) const {
   return state_->status;
 }
 
-bool Work::Done() const { return !state_ || state_->done.load(std::memory_order_acquire); }
+bool Work::Done() const { return !state_ || state_->is_done(); }
 
 Status Work::status() const {
   if (!state_) return Status::Ok();
@@ -33,7 +79,13 @@ Status Work::status() const {
 WorkInfo Work::info() const {
   if (!state_) return WorkInfo{};
   std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->info;
+  const CompletionInfo& i = state_->info;
+  WorkInfo out;
+  if (i.algorithm != nullptr) out.algorithm = std::string(i.algorithm) + (i.shared_buffers ? "+shared" : "");
+  out.sequence = i.sequence;
+  out.seconds = i.seconds;
+  out.source_rank = i.source_rank;
+  return out;
 }
 
 void Work::Then(std::function<void(const Status&)> callback) const {
@@ -43,7 +95,7 @@ void Work::Then(std::function<void(const Status&)> callback) const {
   }
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    if (!state_->done.load(std::memory_order_acquire)) {
+    if (!state_->is_done()) {
       state_->callbacks.push_back(std::move(callback));
       return;
     }

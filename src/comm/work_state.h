@@ -1,12 +1,19 @@
 // The shared state behind a Work handle.
 //
+// Completion is a futex word: waiting costs nothing when the operation is
+// already done (the small-message path, run inline before Wait), and the
+// completing thread makes a system call only when someone sleeps on it.
+// What WorkInfo reports is kept as plain fields and turned into a WorkInfo
+// only when asked (Work::info), so completing allocates nothing.
+//
 // Thread-safety: Complete() is called once by the thread that ran the
 // operation; Wait/Done/status may be called from any thread.
 #ifndef CHOIR_COMM_WORK_STATE_H_
 #define CHOIR_COMM_WORK_STATE_H_
 
 #include <atomic>
-#include <condition_variable>
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <vector>
@@ -15,35 +22,32 @@
 
 namespace choir {
 
+// WorkInfo's fields, filled by the thread that runs the operation.
+struct CompletionInfo {
+  const char* algorithm = nullptr;  // registry name (static storage); null: none
+  bool shared_buffers = false;      // "+shared" after the name
+  uint64_t sequence = 0;
+  double seconds = 0;
+  int source_rank = -1;
+};
+
 struct Work::State {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<bool> done{false};
+  std::mutex mu;                   // guards status, info and callbacks
+  std::atomic<uint32_t> done{0};   // 1 once complete (futex word)
+  std::atomic<uint32_t> sleepers{0};
   Status status;
-  WorkInfo info;
+  CompletionInfo info;
   std::vector<std::function<void(const Status&)>> callbacks;  // Work::Then
   // Set for queued operations: runs queued work on the waiting thread while
   // the engine is idle (Engine::Help). Never called with `mu` held.
   std::function<void()> help;
 
+  bool is_done() const { return done.load(std::memory_order_acquire) != 0; }
   // Callbacks run before waiters are released, so that once Wait() returns
   // every callback registered before completion has finished.
-  void Complete(Status s, WorkInfo i) {
-    std::unique_lock<std::mutex> lock(mu);
-    status = std::move(s);
-    info = std::move(i);
-    while (!callbacks.empty()) {
-      std::vector<std::function<void(const Status&)>> run;
-      run.swap(callbacks);
-      const Status final_status = status;
-      lock.unlock();
-      for (auto& callback : run) callback(final_status);
-      lock.lock();
-    }
-    done.store(true, std::memory_order_release);
-    lock.unlock();
-    cv.notify_all();
-  }
+  void Complete(Status s, const CompletionInfo& i);
+  // Blocks until done or `timeout` passes (negative: no limit); true if done.
+  bool Block(std::chrono::nanoseconds timeout);
 };
 
 }  // namespace choir

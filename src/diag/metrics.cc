@@ -79,24 +79,30 @@ CommMetrics::CommMetrics(std::string job, std::string comm, int rank, int size)
       peer_sent_(static_cast<size_t>(size)),
       peer_received_(static_cast<size_t>(size)) {}
 
+namespace {
+// Each communicator runs one operation at a time (comm/engine.h), so every
+// counter of it has a single writer: a plain relaxed add, without the locked
+// read-modify-write a concurrent writer would need. Readers still see each
+// value whole.
+void Add(std::atomic<uint64_t>& counter, uint64_t value) {
+  counter.store(counter.load(std::memory_order_relaxed) + value, std::memory_order_relaxed);
+}
+}  // namespace
+
 void CommMetrics::RecordOp(algorithms::CollKind kind, uint64_t bytes, double seconds, bool ok, int algorithm,
                            double late_arrival_seconds) {
   OpCounters& c = ops_[static_cast<size_t>(kind)];
-  (ok ? c.completed : c.failed).fetch_add(1, std::memory_order_relaxed);
+  Add(ok ? c.completed : c.failed, 1);
   if (!ok) return;
-  c.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  Add(c.bytes, bytes);
   const int sc = SizeClassOf(bytes);
   size_t bucket = 0;
   while (bucket < kDurationBuckets.size() && seconds > kDurationBuckets[bucket]) ++bucket;
-  c.buckets[static_cast<size_t>(sc)][bucket].fetch_add(1, std::memory_order_relaxed);
-  c.duration_ns[static_cast<size_t>(sc)].fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
-  c.count[static_cast<size_t>(sc)].fetch_add(1, std::memory_order_relaxed);
-  if (late_arrival_seconds > 0) {
-    late_arrival_ns_.fetch_add(static_cast<uint64_t>(late_arrival_seconds * 1e9), std::memory_order_relaxed);
-  }
-  if (algorithm >= 0 && algorithm < kMaxAlgorithms) {
-    algorithm_counts_[static_cast<size_t>(algorithm)].fetch_add(1, std::memory_order_relaxed);
-  }
+  Add(c.buckets[static_cast<size_t>(sc)][bucket], 1);
+  Add(c.duration_ns[static_cast<size_t>(sc)], static_cast<uint64_t>(seconds * 1e9));
+  Add(c.count[static_cast<size_t>(sc)], 1);
+  if (late_arrival_seconds > 0) Add(late_arrival_ns_, static_cast<uint64_t>(late_arrival_seconds * 1e9));
+  if (algorithm >= 0 && algorithm < kMaxAlgorithms) Add(algorithm_counts_[static_cast<size_t>(algorithm)], 1);
 }
 
 void CommMetrics::RecordError(int code) {
@@ -111,10 +117,10 @@ void CommMetrics::RecordError(int code) {
 
 void CommMetrics::AddPeerBytes(int peer, int transport, uint64_t sent, uint64_t received) {
   if (peer < 0 || peer >= size_ || transport < 0 || transport > 1) return;
-  peer_sent_[static_cast<size_t>(peer)].fetch_add(sent, std::memory_order_relaxed);
-  peer_received_[static_cast<size_t>(peer)].fetch_add(received, std::memory_order_relaxed);
-  transport_sent_[static_cast<size_t>(transport)].fetch_add(sent, std::memory_order_relaxed);
-  transport_received_[static_cast<size_t>(transport)].fetch_add(received, std::memory_order_relaxed);
+  Add(peer_sent_[static_cast<size_t>(peer)], sent);
+  Add(peer_received_[static_cast<size_t>(peer)], received);
+  Add(transport_sent_[static_cast<size_t>(transport)], sent);
+  Add(transport_received_[static_cast<size_t>(transport)], received);
 }
 
 std::string CommMetrics::Labels() const {

@@ -7,9 +7,11 @@
 // into the Prometheus text format (base units: seconds, bytes; `_total`
 // counters), labelled with job, communicator, rank and world size.
 //
-// Thread-safety: counters may be bumped from any thread; Register/Render may
-// be called concurrently with updates (a render sees a consistent-enough
-// snapshot: each value is read atomically).
+// Thread-safety: a communicator's counters are bumped only by the thread
+// running its current operation (one at a time, comm/engine.h): single-writer
+// adds without locked instructions. Register/Render may be called
+// concurrently with updates (a render sees a consistent-enough snapshot: each
+// value is read atomically).
 #ifndef CHOIR_DIAG_METRICS_H_
 #define CHOIR_DIAG_METRICS_H_
 

@@ -271,7 +271,7 @@ Status Endpoint::Timeout(std::span<Xfer> xfers, double waited) const {
 }
 
 Status Endpoint::WaitLocal(const std::function<bool(int)>& owes, const RunHooks& hooks,
-                           const std::function<std::string()>& waiting_for) {
+                           const std::function<std::string()>& waiting_for, bool marks_data) {
   const int n = local_ ? static_cast<int>(local_->ranks.size()) : 0;
   const int me = local_ ? local_->index : -1;
   auto ready = [&] {
@@ -281,22 +281,34 @@ Status Endpoint::WaitLocal(const std::function<bool(int)>& owes, const RunHooks&
     return true;
   };
   if (ready()) return Status::Ok();
-  const int64_t start = NowNanos();
-  int64_t last_check = start;
-  int64_t last_stall = start;
-  SegmentHeader* h = own_segment_ ? own_segment_->header() : nullptr;
   // Busy-polls in bursts only while the policy says spin: once a rank yields
   // (always, when ranks outnumber cores) a burst of pauses would only delay
   // handing the core to the peer being waited for.
   bool spinning = policy_.spin_ns > 0;
+  constexpr int kBurst = 64;
+  // Most waits end within the first burst: no clock read for them.
+  if (spinning) {
+    for (int i = 0; i < kBurst; ++i) {
+      _mm_pause();
+      if (ready()) return Status::Ok();
+    }
+  }
+  const int64_t start = NowNanos();
+  int64_t last_check = start;
+  int64_t last_stall = start;
+  SegmentHeader* h = own_segment_ ? own_segment_->header() : nullptr;
+  auto arrived = [&] {
+    if (marks_data && hooks.first_data_ns != nullptr && *hooks.first_data_ns == 0) *hooks.first_data_ns = NowNanos();
+    return Status::Ok();
+  };
   while (true) {
     if (spinning) {
-      for (int i = 0; i < 64; ++i) {
-        if (ready()) return Status::Ok();
+      for (int i = 0; i < kBurst; ++i) {
+        if (ready()) return arrived();
         _mm_pause();
       }
     } else if (ready()) {
-      return Status::Ok();
+      return arrived();
     }
     if (abort_requested_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(g_abort_mu);
@@ -320,7 +332,7 @@ Status Endpoint::WaitLocal(const std::function<bool(int)>& owes, const RunHooks&
         }
       }
     }
-    if (hooks.deadline.Expired()) {
+    if (hooks.deadline.ExpiredAt(now)) {
       CHOIR_RETURN_IF_ERROR(CheckPeers({}));
       return Status(Code::kCollectiveTimeout,
                     fmt::format("no progress for {:.1f} s while waiting for {}",
@@ -339,11 +351,8 @@ Status Endpoint::WaitLocal(const std::function<bool(int)>& owes, const RunHooks&
       continue;
     }
     const uint32_t seen = h->doorbell.load(std::memory_order_acquire);
-    h->sleeping.store(1, std::memory_order_seq_cst);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!ready() && !abort_requested_.load(std::memory_order_acquire)) {
-      WaitSegment(h, seen, std::min<int64_t>(hooks.deadline.RemainingNanos(), kMaxSleepNs));
-    }
+    const int64_t cap = AnnounceSleep(h, std::min<int64_t>(hooks.deadline.RemainingNanos(), kMaxSleepNs));
+    if (!ready() && !abort_requested_.load(std::memory_order_acquire)) WaitSegment(h, seen, cap);
     h->sleeping.store(0, std::memory_order_relaxed);
   }
 }
@@ -436,8 +445,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
     if (shm_pending && own_segment_ != nullptr && !tcp_pending) {
       SegmentHeader* h = own_segment_->header();
       const uint32_t seen = h->doorbell.load(std::memory_order_acquire);
-      h->sleeping.store(1, std::memory_order_seq_cst);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+      const int64_t cap = AnnounceSleep(h, std::min<int64_t>(hooks.deadline.RemainingNanos(), kMaxSleepNs));
       bool moved = false;
       for (size_t i = 0; i < xfers.size() && !moved; ++i) {
         Xfer& x = xfers[i];
@@ -453,10 +461,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
         }
         moved |= *r;
       }
-      if (!moved && !abort_requested_.load(std::memory_order_acquire)) {
-        const int64_t cap = std::min<int64_t>(hooks.deadline.RemainingNanos(), kMaxSleepNs);
-        WaitSegment(h, seen, cap);
-      }
+      if (!moved && !abort_requested_.load(std::memory_order_acquire)) WaitSegment(h, seen, cap);
       h->sleeping.store(0, std::memory_order_relaxed);
       if (moved) idle_since = 0;
       continue;

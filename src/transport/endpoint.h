@@ -115,9 +115,11 @@ class Endpoint {
   // group), with the same spin/yield/sleep policy, deadline, abort and
   // dead-peer checks as Run(); a peer that left the communicator while it
   // still owes is an error at once. `waiting_for` describes, for a timeout
-  // message, what is still missing.
+  // message, what is still missing. With `marks_data`, a wait that lasted
+  // beyond the first polls sets hooks.first_data_ns (the late-arrival metric;
+  // a wait that short counts as none, and costs no clock read).
   Status WaitLocal(const std::function<bool(int)>& owes, const RunHooks& hooks,
-                   const std::function<std::string()>& waiting_for);
+                   const std::function<std::string()>& waiting_for, bool marks_data = false);
   // Replaces a PeerLost by the abort report of the rank that failed first, if one arrived.
   Status Explain(const Status& status);
   // Where per-peer traffic is counted (once per finished Xfer).

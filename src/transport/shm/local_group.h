@@ -25,6 +25,11 @@ struct LocalGroup {
   std::vector<int> pids;                // by local index
   bool cma = false;                     // process_vm_readv works between every pair
   uint64_t next_id = 1;                 // area operation counter, equal on every local rank
+  // The last area operation whose publication this rank saw from every local
+  // peer (AreaOp::WaitAll). A rank publishes operation k only after it
+  // finished reading the slots of operation k-1, so having seen k-1 from
+  // everyone proves slot (k+1) % 2 free without reading the peers' read_done.
+  uint64_t seen_from_all = 0;
   PeerBufferMaps peer_buffers;          // local peers' SharedBuffers mapped here
 
   int size() const { return static_cast<int>(ranks.size()); }

@@ -2,11 +2,14 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -158,11 +161,47 @@ namespace {
 long Futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
 }
+
+
+long Membarrier(int cmd) { return syscall(__NR_membarrier, cmd, 0, 0); }
+
+// 1: registered for MEMBARRIER_CMD_GLOBAL_EXPEDITED; -1: not available (old
+// kernel, seccomp); 0: not tried yet in this process (a forked child tries
+// again: the registration belongs to the address space).
+std::atomic<int> g_barrier_registered{0};
+
+bool RegisteredForBarrier() {
+  int state = g_barrier_registered.load(std::memory_order_acquire);
+  if (state == 0) {
+    static const int at_fork = pthread_atfork(nullptr, nullptr, [] { g_barrier_registered.store(0); });
+    (void)at_fork;
+    state = Membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0 ? 1 : -1;
+    g_barrier_registered.store(state, std::memory_order_release);
+  }
+  return state > 0;
+}
+
 }  // namespace
 
+bool NotifiesWithoutFence() { return RegisteredForBarrier(); }
+
 void NotifySegment(SegmentHeader* h) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (RegisteredForBarrier()) {
+    // The sleeper's membarrier orders our publication before its re-check.
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  } else {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
   if (h->sleeping.load(std::memory_order_relaxed) != 0) ForceWakeSegment(h);
+}
+
+int64_t AnnounceSleep(SegmentHeader* h, int64_t want_ns) {
+  h->sleeping.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Every registered notifier that published before seeing the flag has its
+  // publication visible once this returns; later ones see the flag.
+  if (Membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0) return want_ns;
+  return std::min<int64_t>(want_ns, 1'000'000);
 }
 
 void ForceWakeSegment(SegmentHeader* h) {

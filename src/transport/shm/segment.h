@@ -96,8 +96,26 @@ class Segment {
   bool unlinked_ = false;
 };
 
+// Doorbells. The owner of a segment that wants to block announces it
+// (AnnounceSleep), re-checks what it waits for, then sleeps (WaitSegment);
+// a peer that published something calls NotifySegment, which wakes the owner
+// only if it announced. The announcement and the publication must not pass
+// each other: a store-load barrier on both sides. The notifying side is the
+// hot path (every publication), so where the kernel offers it the barrier is
+// asymmetric: notifiers issue none, and the rare sleeper runs
+// membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED), which makes every registered
+// process execute one before the sleeper re-checks. A process that cannot
+// register keeps a full fence per notification.
+
 // Wakes the owner of `h` if it sleeps (call after publishing new ring state).
 void NotifySegment(SegmentHeader* h);
+// Marks the owner of `h` as about to sleep; call, then re-check the wait
+// condition, then WaitSegment at most the returned nanoseconds (`want_ns`, or
+// 1 ms when the sleeper's barrier failed and a wake-up could be missed), then
+// clear h->sleeping.
+int64_t AnnounceSleep(SegmentHeader* h, int64_t want_ns);
+// True when this process notifies without a fence (registered for the barrier).
+bool NotifiesWithoutFence();
 // Wakes the owner unconditionally (abort).
 void ForceWakeSegment(SegmentHeader* h);
 // Blocks until h->doorbell != seen or `timeout_ns` passes.
