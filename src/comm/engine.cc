@@ -47,7 +47,9 @@ void Engine::Help(const std::function<bool()>& done) {
 
 void Engine::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
+  ++draining_;
   cv_.wait(lock, [&] { return !busy_ && queue_.empty(); });
+  --draining_;
 }
 
 void Engine::Loop() {
