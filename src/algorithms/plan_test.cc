@@ -44,6 +44,9 @@ TEST(PlanTest, OneHostUsesTheSharedArea) {
   auto rows = ExplainPlan(Make(1, 4, false));
   ASSERT_TRUE(rows.ok());
   EXPECT_EQ(Row(*rows, "allreduce", 8)->algorithm, "shm_flat");
+  // Beyond a few KiB single copy beats copying through the slots.
+  EXPECT_EQ(Row(*rows, "allreduce", 4u << 10)->algorithm, "shm_flat");
+  EXPECT_EQ(Row(*rows, "allreduce", 64u << 10)->algorithm, "cma");
   EXPECT_EQ(Row(*rows, "allreduce", 1u << 20)->algorithm, "cma");
   EXPECT_EQ(Row(*rows, "allreduce", 64u << 20)->algorithm, "shm_pipe");
   EXPECT_EQ(Row(*rows, "reduce_scatter", 64u << 20)->algorithm, "cma");

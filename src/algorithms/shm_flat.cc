@@ -41,6 +41,30 @@ void Copy(void* dst, const void* src, size_t bytes) {
   if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
 }
 
+// Where each rank's block lies in a send or receive buffer: computed on the
+// fly for the uniform collectives (the latency path allocates nothing), from
+// the counts for the V variants.
+class Blocks {
+ public:
+  Blocks(const OpArgs& a, int n, bool send) {
+    if (a.kind == CollKind::kAllgatherV || a.kind == CollKind::kAlltoallV) {
+      table_ = patterns::BlocksFromCounts(send ? a.SendCounts(n) : a.RecvCounts(n));
+    }
+    uniform_ = a.count;
+    n_ = static_cast<size_t>(n);
+  }
+  patterns::Block operator[](int p) const {
+    const size_t i = static_cast<size_t>(p);
+    return table_.empty() ? patterns::Block{i * uniform_, uniform_} : table_[i];
+  }
+  size_t total() const { return table_.empty() ? n_ * uniform_ : table_.back().offset + table_.back().count; }
+
+ private:
+  std::vector<patterns::Block> table_;
+  size_t uniform_ = 0;
+  size_t n_ = 0;
+};
+
 }  // namespace
 
 // Payload each rank needs in its slot, or 0 when the collective has no flat form.
@@ -128,16 +152,17 @@ Status AllgatherFlat(Context& c, const OpArgs& a) {
   AreaOp op(c);
   const size_t es = c.elem_size();
   const int n = op.size();
-  const std::vector<size_t> counts = a.RecvCounts(n);
-  const auto blocks = patterns::BlocksFromCounts(counts);
-  const size_t mine = counts[static_cast<size_t>(c.rank())] * es;
+  const Blocks blocks(a, n, /*send=*/false);
+  const patterns::Block own = blocks[c.rank()];
   CHOIR_RETURN_IF_ERROR(op.Acquire());
-  Copy(op.my_data(), a.send, mine);
-  op.Publish(mine);
-  CHOIR_RETURN_IF_ERROR(op.WaitAll());
+  Copy(op.my_data(), a.send, own.count * es);
+  op.Publish(own.count * es);
   auto* out = static_cast<uint8_t*>(a.recv);
+  Copy(out + own.offset * es, a.send, own.count * es);  // while the peers publish
+  CHOIR_RETURN_IF_ERROR(op.WaitAll());
   for (int p = 0; p < n; ++p) {
-    const auto& b = blocks[static_cast<size_t>(p)];
+    if (p == c.rank()) continue;
+    const patterns::Block b = blocks[p];
     Copy(out + b.offset * es, op.data(p), b.count * es);
   }
   op.FinishReads();
@@ -182,20 +207,20 @@ Status AlltoallFlat(Context& c, const OpArgs& a) {
   const int n = op.size();
   const size_t table = static_cast<size_t>(n) * sizeof(uint64_t);
   // Slot: a table of byte offsets of each destination's block, then the data.
-  const auto sblocks = patterns::BlocksFromCounts(a.SendCounts(n));
-  const size_t total = (sblocks.back().offset + sblocks.back().count) * es;
+  const Blocks sblocks(a, n, /*send=*/true);
+  const size_t total = sblocks.total() * es;
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   auto* offsets = reinterpret_cast<uint64_t*>(op.my_data());
-  for (int p = 0; p < n; ++p) offsets[p] = sblocks[static_cast<size_t>(p)].offset * es;
+  for (int p = 0; p < n; ++p) offsets[p] = sblocks[p].offset * es;
   Copy(op.my_data() + table, a.send, total);
   op.Publish(table + total);
   CHOIR_RETURN_IF_ERROR(op.WaitAll());
-  const auto rblocks = patterns::BlocksFromCounts(a.RecvCounts(n));
+  const Blocks rblocks(a, n, /*send=*/false);
   auto* out = static_cast<uint8_t*>(a.recv);
   for (int p = 0; p < n; ++p) {
     uint64_t off = 0;
     std::memcpy(&off, op.data(p) + static_cast<size_t>(c.rank()) * sizeof(uint64_t), sizeof(off));
-    const auto& rb = rblocks[static_cast<size_t>(p)];
+    const patterns::Block rb = rblocks[p];
     if (table + off + rb.count * es > op.bytes(p)) {
       return Status(Code::kCollectiveMismatch,
                     "rank " + std::to_string(c.CommRank(p)) + " sends fewer elements than this rank's recv_counts expect");
@@ -215,11 +240,40 @@ Status BarrierFlat(Context& c, const OpArgs&) {
   return Status::Ok();
 }
 
+namespace {
+
+// With single copy (cma) allowed, the slot payload above which cma is the
+// faster path: copying into a slot and out again, with every rank reading all
+// of every peer's payload, loses to one copy from the owner's buffer (and,
+// for reductions, to each rank reducing only its share). Measured with
+// `choir perf -n 2 --algo shm_flat|cma`, 4-64 KiB (docs/algorithms.md).
+size_t FlatLimitWithCma(CollKind kind) {
+  switch (kind) {
+    case CollKind::kAllreduce:
+    case CollKind::kReduceScatter:
+      return 8 << 10;
+    case CollKind::kAllgather:
+    case CollKind::kAllgatherV:
+    case CollKind::kGather:
+      return 4 << 10;
+    case CollKind::kBroadcast:
+    case CollKind::kAlltoall:
+    case CollKind::kScatter:
+      return 16 << 10;
+    default:
+      return SIZE_MAX;  // reduce, barrier: cma was no faster
+  }
+}
+
+}  // namespace
+
 bool FlatUsable(const GroupView& g, const OpArgs& a) {
   // Every rank must reach the same verdict: alltoallv's payload depends on
   // this rank's own send counts, which peers do not know, so it never goes flat.
   if (!g.same_host || a.kind == CollKind::kAlltoallV) return false;
-  return FlatSlotBytes(a, g.size) <= g.slot_bytes;
+  const size_t payload = FlatSlotBytes(a, g.size);
+  if (g.cma && payload > FlatLimitWithCma(a.kind)) return false;
+  return payload <= g.slot_bytes;
 }
 
 }  // namespace choir::algorithms

@@ -110,7 +110,7 @@ Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_
     ctx.set_layout(&layout_);
     ctx.set_select_config(&config_.select);
     ctx.set_link_costs(intra_host_cost_, inter_host_cost_);
-    auto algo = algorithms::SelectAlgorithm(ctx.View(), args, config_.select, options.algorithm);
+    auto algo = Select(ctx, args, options);
     if (!algo.ok()) return algo.status().WithContext(Describe(sig, seq));
     *algo_index = static_cast<int>(*algo - algorithms::AllAlgorithms().data());
     s = (*algo)->fn(ctx, args);
@@ -125,6 +125,22 @@ Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_
                                 s.message() + ". " + ProgressReport(seq));
   }
   return s.WithContext(context + fmt::format(" after {:.3f} s", elapsed));
+}
+
+Result<const algorithms::Algorithm*> CommImpl::Select(const algorithms::Context& ctx, const OpArgs& args,
+                                                     const CallOptions& options) {
+  // The choice depends only on the collective, its element count and type
+  // (and the counts of the V variants, never cached), so a loop of equal
+  // calls selects once.
+  const bool cacheable = options.algorithm.empty() && args.kind != CollKind::kAllgatherV &&
+                         args.kind != CollKind::kAlltoallV;
+  SelectionCache& c = last_selection_;
+  if (cacheable && c.algorithm != nullptr && c.kind == args.kind && c.count == args.count && c.dtype == args.dtype) {
+    return c.algorithm;
+  }
+  auto algo = algorithms::SelectAlgorithm(ctx.View(), args, config_.select, options.algorithm);
+  if (algo.ok() && cacheable) c = {args.kind, args.count, args.dtype, *algo};
+  return algo;
 }
 
 Status CommImpl::RunPointToPoint(OpArgs& args, Deadline deadline, int* source) {

@@ -88,6 +88,9 @@ class CommImpl {
   // `start`: when Execute began (NowNanos), for the elapsed time in errors.
   Status RunCollective(algorithms::OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
                        Deadline deadline, bool* shared_buffers, int* algo_index, int64_t* first_data_ns);
+  // SelectAlgorithm, remembering the last choice for equal calls.
+  Result<const algorithms::Algorithm*> Select(const algorithms::Context& ctx, const algorithms::OpArgs& args,
+                                              const CallOptions& options);
   Status RunPointToPoint(algorithms::OpArgs& args, Deadline deadline, int* source);
   Status CheckSignatures(const algorithms::Signature& mine, uint64_t seq, Deadline deadline);
   Status MismatchError(const algorithms::Signature& mine, uint64_t seq,
@@ -116,6 +119,13 @@ class CommImpl {
   std::unique_ptr<transport::Endpoint> endpoint_;
   std::shared_ptr<diag::CommMetrics> metrics_;
   algorithms::Scratch scratch_;
+  // The last default selection (Select); used by the thread running ops.
+  struct SelectionCache {
+    algorithms::CollKind kind = algorithms::CollKind::kBarrier;
+    size_t count = 0;
+    DataType dtype = DataType::kFloat32;
+    const algorithms::Algorithm* algorithm = nullptr;
+  } last_selection_;
   uint64_t seq_ = 0;  // collectives executed (engine thread only)
   int splits_ = 0;    // Split calls (for unique child names)
 
