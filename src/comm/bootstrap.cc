@@ -8,6 +8,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
@@ -340,7 +341,16 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   }
 
   int local = 0;
-  for (const auto& p : peers) local += p.host_id == config.host_id ? 1 : 0;
+  // The CPUs this host's ranks may run on, together: ranks bound to one CPU
+  // each by the launcher do not compete, though each sees a single CPU.
+  std::set<int> local_cpus;
+  bool cpus_known = true;
+  for (size_t r = 0; r < peers.size(); ++r) {
+    if (peers[r].host_id != config.host_id) continue;
+    ++local;
+    if (places[r].cores.empty()) cpus_known = false;
+    local_cpus.insert(places[r].cores.begin(), places[r].cores.end());
+  }
   transport::ConnectOptions co;
   co.job_id = config.job_id;
   co.comm_uid = config.uid;
@@ -352,7 +362,8 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   co.tcp_streams = static_cast<int>(std::clamp<int64_t>(params::GetInt(params::Id::kTcpStreams), 1, 64));
   co.tcp_stripe_bytes = params::GetBytes(params::Id::kTcpStripeBytes);
   co.allow_cma = params::GetString(params::Id::kShmCma) != "off";
-  const bool oversubscribed = local > OnlineCpus();
+  const int cpus = cpus_known ? static_cast<int>(local_cpus.size()) : OnlineCpus();
+  const bool oversubscribed = local > cpus;
   // Ranks that outnumber the cores must never burn a core a peer needs.
   co.wait.spin_ns = oversubscribed ? 0 : params::GetInt(params::Id::kSpinMicros) * 1000;
   co.wait.yield_ns = co.wait.spin_ns + params::GetInt(params::Id::kYieldMicros) * 1000;

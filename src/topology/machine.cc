@@ -1,13 +1,16 @@
 #include "topology/machine.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <map>
+#include <set>
 
 #include "base/strings.h"
+#include "topology/build.h"
 
 namespace choir::topology {
 namespace {
@@ -149,6 +152,61 @@ std::vector<RankPlace> PlaceLocalRanks(const MachineLayout& machine, int ranks) 
     }
   }
   return places;
+}
+
+BindingPlan PlanBinding(const MachineLayout& machine, const std::vector<int>& allowed, int local_ranks) {
+  BindingPlan plan;
+  MachineLayout usable = machine;
+  const std::set<int> allowed_set(allowed.begin(), allowed.end());
+  usable.pus.clear();
+  std::set<int> numa_nodes;
+  for (const CpuPlace& pu : machine.pus) {
+    if (allowed_set.count(pu.pu) == 0) continue;
+    usable.pus.push_back(pu);
+    numa_nodes.insert(pu.numa);
+  }
+  const int cpus = static_cast<int>(usable.pus.size());
+  const int nodes = static_cast<int>(numa_nodes.size());
+  if (local_ranks <= 1) {
+    plan.summary = "binding: 1 rank, left free";
+    return plan;
+  }
+  if (cpus < local_ranks) {
+    plan.summary = fmt::format("binding: {} ranks on {} CPUs share them, not bound", local_ranks, cpus);
+    return plan;
+  }
+  if (local_ranks < nodes) {
+    plan.summary = fmt::format("binding: {} ranks on {} NUMA nodes, not bound (binding would idle nodes)",
+                               local_ranks, nodes);
+    return plan;
+  }
+  std::string list;
+  for (const RankPlace& p : PlaceLocalRanks(usable, local_ranks)) {
+    RankBinding b;
+    b.cpus = p.cores;
+    // A memory preference only means something with several nodes.
+    b.numa = machine.numa_nodes > 1 ? p.numa : -1;
+    list += fmt::format("{}rank {} -> CPU {}{}", list.empty() ? "" : ", ", p.rank, FormatRankList(b.cpus),
+                        p.numa >= 0 ? fmt::format(" (NUMA {})", p.numa) : "");
+    plan.ranks.push_back(std::move(b));
+  }
+  plan.summary = "binding: " + list + " (--bind none leaves them free)";
+  return plan;
+}
+
+Result<BindingPlan> PlanBindingHere(int local_ranks) {
+  CHOIR_ASSIGN_OR_RETURN(MachineLayout machine, LoadMachineLayout(""));
+  std::vector<int> allowed;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &set)) allowed.push_back(cpu);
+    }
+  } else {
+    for (const CpuPlace& pu : machine.pus) allowed.push_back(pu.pu);
+  }
+  return PlanBinding(machine, allowed, local_ranks);
 }
 
 }  // namespace choir::topology

@@ -3,7 +3,7 @@
 // the real one or an hwloc synthetic description ("pack:2 numa:1 core:4
 // pu:1"), which lets tests and `choir topo` reason about machines they do not
 // run on. Binding is never done here (with a synthetic topology it would be a
-// silent no-op anyway); the launcher binds.
+// silent no-op anyway); the launcher binds, as PlanBinding says.
 //
 // Thread-safety: HwlocTopology is a move-only owner used by one thread at a
 // time; the functions are thread-safe.
@@ -75,6 +75,24 @@ Result<MachineLayout> LoadMachineLayout(const std::string& synthetic);
 // between its ranks (several ranks share a PU only when ranks outnumber PUs).
 // Only package, numa and cores are filled in.
 std::vector<RankPlace> PlaceLocalRanks(const MachineLayout& machine, int ranks);
+
+// How `choir run` binds the ranks it starts on a host: each to the CPUs and
+// memory of its own NUMA node, as PlaceLocalRanks places them, over the CPUs
+// the launcher itself may use. Nobody is bound for a single rank, more ranks
+// than CPUs (they must share and yield), or fewer ranks than NUMA nodes
+// (binding would idle whole nodes).
+struct RankBinding {
+  std::vector<int> cpus;  // OS CPU numbers; empty: not bound
+  int numa = -1;          // memory preferred from this node; -1: no preference
+};
+struct BindingPlan {
+  std::vector<RankBinding> ranks;  // by local rank; empty when nobody is bound
+  std::string summary;             // one line: what was done and why
+};
+// `allowed`: OS CPU numbers the launcher may use.
+BindingPlan PlanBinding(const MachineLayout& machine, const std::vector<int>& allowed, int local_ranks);
+// The same for this machine and this process's CPU affinity.
+Result<BindingPlan> PlanBindingHere(int local_ranks);
 
 }  // namespace choir::topology
 

@@ -145,6 +145,42 @@ TEST(TopologyTest, MachineLayoutOfASyntheticMachine) {
   EXPECT_EQ(m->pus[9].numa, 2);
 }
 
+TEST(TopologyTest, BindingGivesEachRankItsNodesShareOfTheAllowedCpus) {
+  const Result<topology::MachineLayout> m = topology::LoadMachineLayout("pack:2 numa:1 core:4 pu:1");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::vector<int> all;
+  for (const auto& pu : m->pus) all.push_back(pu.pu);
+  const topology::BindingPlan four = topology::PlanBinding(*m, all, 4);
+  ASSERT_EQ(four.ranks.size(), 4u) << four.summary;
+  EXPECT_EQ(four.ranks[0].cpus, (Ints{0, 1}));
+  EXPECT_EQ(four.ranks[1].cpus, (Ints{2, 3}));
+  EXPECT_EQ(four.ranks[2].cpus, (Ints{4, 5}));
+  EXPECT_EQ(four.ranks[3].cpus, (Ints{6, 7}));
+  EXPECT_EQ(four.ranks[0].numa, 0);  // two nodes: memory follows the CPUs
+  EXPECT_EQ(four.ranks[3].numa, 1);
+  EXPECT_EQ(four.summary, "binding: rank 0 -> CPU 0-1 (NUMA 0), rank 1 -> CPU 2-3 (NUMA 0), rank 2 -> CPU 4-5 (NUMA 1), "
+                          "rank 3 -> CPU 6-7 (NUMA 1) (--bind none leaves them free)");
+  // Only the CPUs the launcher may use are handed out.
+  const topology::BindingPlan restricted = topology::PlanBinding(*m, {0, 1, 2, 3}, 2);
+  ASSERT_EQ(restricted.ranks.size(), 2u) << restricted.summary;
+  EXPECT_EQ(restricted.ranks[0].cpus, (Ints{0, 1}));
+  EXPECT_EQ(restricted.ranks[1].cpus, (Ints{2, 3}));
+  // Nobody is bound: one rank, more ranks than CPUs, fewer ranks than nodes.
+  const topology::BindingPlan one = topology::PlanBinding(*m, all, 1);
+  EXPECT_TRUE(one.ranks.empty());
+  EXPECT_EQ(one.summary, "binding: 1 rank, left free");
+  const topology::BindingPlan crowded = topology::PlanBinding(*m, {0, 1}, 3);
+  EXPECT_TRUE(crowded.ranks.empty());
+  EXPECT_EQ(crowded.summary, "binding: 3 ranks on 2 CPUs share them, not bound");
+  const Result<topology::MachineLayout> wide = topology::LoadMachineLayout("pack:4 numa:1 core:2 pu:1");
+  ASSERT_TRUE(wide.ok());
+  std::vector<int> wide_all;
+  for (const auto& pu : wide->pus) wide_all.push_back(pu.pu);
+  const topology::BindingPlan sparse = topology::PlanBinding(*wide, wide_all, 2);
+  EXPECT_TRUE(sparse.ranks.empty());
+  EXPECT_EQ(sparse.summary, "binding: 2 ranks on 4 NUMA nodes, not bound (binding would idle nodes)");
+}
+
 TEST(TopologyTest, AssembleGroupsHostsByName) {
   std::vector<RankPlace> places(4);
   places[0].host = "b";

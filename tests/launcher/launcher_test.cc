@@ -218,7 +218,17 @@ std::vector<pid_t> PrintedPids(const std::string& out) {
 }
 
 int CountSummaryLines(const std::string& err) {
-  return ChoirProcess::CountLines(err, "choir run:");
+  // The launch line saying how ranks were bound is no summary.
+  return ChoirProcess::CountLines(err, "choir run:") - ChoirProcess::CountLines(err, "choir run: binding:");
+}
+
+// The CPUs this process may run on, as the kernel lists them ("0-1").
+std::string AllowedCpus() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (strings::StartsWith(line, "Cpus_allowed_list:")) return std::string(strings::Trim(line.substr(18)));
+  }
+  return "";
 }
 
 // A port Q such that Q and Q+1 are both free on 127.0.0.1 right now.
@@ -276,6 +286,59 @@ TEST(RunTest, EnvironmentContractPerRank) {
   EXPECT_NE(std::to_string(store_port), *master_ports.begin())
       << "the choir store must not take PyTorch's MASTER_PORT";
   EXPECT_GE(job_ids.begin()->size(), 8u);
+}
+
+// ------------------------------------------------------------------ binding
+
+// Each rank's "[r] Cpus_allowed_list: ..." value, by rank.
+std::map<int, std::string> CpusOfRanks(const std::string& out) {
+  std::map<int, std::string> cpus;
+  for (const std::string& line : Lines(out)) {
+    const std::vector<std::string> w = Words(line);
+    if (w.size() == 3 && w[1] == "Cpus_allowed_list:") cpus[std::stoi(w[0].substr(1))] = w[2];
+  }
+  return cpus;
+}
+
+TEST(RunTest, BindsEachRankToItsOwnShareOfTheCpusAndSaysSo) {
+  const std::string all = AllowedCpus();
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  ASSERT_GE(cpus, 2) << "binding needs two CPUs to be observable";
+  const Outcome r = RunChoir({"run", "-n", "2", "--", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::map<int, std::string> got = CpusOfRanks(r.out);
+  ASSERT_EQ(got.size(), 2u) << r.out;
+  EXPECT_NE(got.at(0), got.at(1)) << r.out;  // disjoint shares
+  EXPECT_NE(got.at(0), all) << r.out;
+  EXPECT_EQ(ChoirProcess::CountLines(r.err, "choir run: binding: rank 0 -> CPU " + got.at(0)), 1) << r.err;
+  EXPECT_NE(r.err.find("rank 1 -> CPU " + got.at(1)), std::string::npos) << r.err;
+  EXPECT_EQ(CountSummaryLines(r.err), 0) << r.err;
+}
+
+TEST(RunTest, BindNoneLeavesRanksFree) {
+  const std::string all = AllowedCpus();
+  const Outcome r =
+      RunChoir({"run", "-n", "2", "--bind", "none", "--", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::map<int, std::string> got = CpusOfRanks(r.out);
+  ASSERT_EQ(got.size(), 2u) << r.out;
+  EXPECT_EQ(got.at(0), all);
+  EXPECT_EQ(got.at(1), all);
+  EXPECT_EQ(r.err.find("binding"), std::string::npos) << r.err;
+}
+
+TEST(RunTest, MoreRanksThanCpusAreNotBound) {
+  const std::string all = AllowedCpus();
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  const std::string n = std::to_string(cpus + 1);
+  const Outcome r = RunChoir({"run", "-n", n, "--", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::map<int, std::string> got = CpusOfRanks(r.out);
+  ASSERT_EQ(got.size(), static_cast<size_t>(cpus + 1)) << r.out;
+  for (const auto& [rank, list] : got) EXPECT_EQ(list, all) << "rank " << rank;
+  EXPECT_NE(r.err.find("choir run: binding: " + n + " ranks on " + std::to_string(cpus) + " CPUs share them, not bound"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(RunTest, JobIdComesFromEnvironment) {
@@ -478,6 +541,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlags{"MasterPortLeavesNoRoomForTheStore",
                                {"run", "--master-port", "65535", "true"}},
                       BadFlags{"TimeoutNotADuration", {"run", "--timeout", "soon", "true"}},
+                      BadFlags{"BindNeitherAutoNorNone", {"run", "--bind", "socket", "true"}},
                       BadFlags{"PerfBuffersNeitherHeapNorShared", {"perf", "--buffers", "gpu"}},
                       BadFlags{"SweepBuffersNeitherHeapNorShared", {"sweep", "--buffers", "gpu"}},
                       BadFlags{"UnknownSubcommand", {"no-such-subcommand"}},

@@ -1,6 +1,9 @@
 #include "rank_supervisor.h"
 
 #include <fcntl.h>
+#include <linux/mempolicy.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -44,13 +47,20 @@ std::string RankList(const std::vector<int>& ranks) {
   return out;
 }
 
+// Memory policies name nodes below this (set_mempolicy's mask size here).
+constexpr int kMaxNumaNodes = 1024;
+
 // Runs in the forked child: only async-signal-safe calls until execve, because
 // the launcher may have other threads (the store server) whose locks were
 // copied in whatever state they were.
 [[noreturn]] void ExecRank(const char* program, char* const* argv, char* const* envp, pid_t pgid,
                            pid_t launcher_pid, int dev_null, int out_fd, int err_fd, int exec_fd,
-                           const SignalFd& signals) {
+                           const SignalFd& signals, const cpu_set_t* cpus, const unsigned long* numa_mask) {
   ::setpgid(0, pgid);
+  // Placement survives execve: the affinity, and the memory policy (prefer
+  // the node, fall back to others when it is full).
+  if (cpus != nullptr) ::sched_setaffinity(0, sizeof(cpu_set_t), cpus);
+  if (numa_mask != nullptr) ::syscall(SYS_set_mempolicy, MPOL_PREFERRED, numa_mask, kMaxNumaNodes + 1);
   // Die with the launcher, even when it is SIGKILLed and cannot clean up.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != launcher_pid) ::_exit(128 + SIGKILL);  // launcher already gone
@@ -168,6 +178,17 @@ Status RankSupervisor::Spawn(size_t index, int dev_null) {
   Fd exec_read(exec_pipe[0]);
   Fd exec_write(exec_pipe[1]);
 
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int cpu : options_.ranks[index].cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
+  }
+  const bool bind = CPU_COUNT(&cpus) > 0;
+  unsigned long numa_mask[kMaxNumaNodes / (8 * sizeof(unsigned long))] = {};
+  const int node = options_.ranks[index].numa;
+  const bool prefer = node >= 0 && node < kMaxNumaNodes;
+  if (prefer) numa_mask[static_cast<size_t>(node) / (8 * sizeof(unsigned long))] |= 1UL << (node % (8 * sizeof(unsigned long)));
+
   const pid_t launcher_pid = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -175,7 +196,8 @@ Status RankSupervisor::Spawn(size_t index, int dev_null) {
   }
   if (pid == 0) {
     ExecRank(options_.program.c_str(), argv.data(), envp.data(), pgid_, launcher_pid, dev_null,
-             out_write.get(), err_write.get(), exec_write.get(), *signals_);
+             out_write.get(), err_write.get(), exec_write.get(), *signals_, bind ? &cpus : nullptr,
+             prefer ? numa_mask : nullptr);
   }
   // Also set the group from this side: whichever of parent and child runs
   // first, the rank is in the group before we ever signal it.

@@ -67,6 +67,8 @@ class SignalFd {
 struct RankLaunch {
   int rank = 0;                  // global rank: output prefix and messages
   std::vector<std::string> env;  // the rank's whole environment, "KEY=VALUE"
+  std::vector<int> cpus;         // CPUs to bind the rank to (empty: unbound)
+  int numa = -1;                 // NUMA node to prefer for its memory (-1: none)
 };
 
 struct SupervisorOptions {

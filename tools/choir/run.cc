@@ -47,6 +47,7 @@
 #include "base/strings.h"
 #include "choir/settings.h"
 #include "choir/store.h"
+#include "topology/machine.h"
 #include "rank_supervisor.h"
 #include "subcommand.h"
 
@@ -160,6 +161,12 @@ class RunCommand : public Subcommand {
                    "from the master address on several).");
     app.add_flag("--tag-output,!--no-tag-output", tag_output_,
                  "Prefix each output line with its rank, e.g. \"[3] ...\" (default on).");
+    app.add_option("--bind", bind_,
+                   "auto: bind each rank to the CPUs and memory of its own NUMA node (an even share "
+                   "of the CPUs this launcher may use; not when ranks outnumber CPUs); none: leave "
+                   "ranks free.")
+        ->check(CLI::IsMember({"auto", "none"}))
+        ->default_val("auto");
     app.add_option("command", command_, "Program to run on every rank, and its arguments.");
     // Everything from the program name on belongs to the program, flags too.
     app.positionals_at_end();
@@ -192,6 +199,14 @@ class RunCommand : public Subcommand {
     options.tag_output = tag_output_;
     options.grace_seconds = grace_seconds_;
     const int world_size = nnodes_ * nproc_per_node_;
+    topology::BindingPlan binding;
+    if (bind_ == "auto") {
+      Result<topology::BindingPlan> planned = topology::PlanBindingHere(nproc_per_node_);
+      // Binding only helps: when hwloc cannot read the machine, ranks run free.
+      binding = planned.ok() ? *std::move(planned)
+                             : topology::BindingPlan{{}, "binding: not bound (" + planned.status().ToString() + ")"};
+      fmt::print(stderr, "choir run: {}\n", binding.summary);
+    }
     for (int local = 0; local < nproc_per_node_; ++local) {
       const int rank = node_rank_ * nproc_per_node_ + local;
       options.ranks.push_back(
@@ -206,6 +221,10 @@ class RunCommand : public Subcommand {
                                             {"CHOIR_STORE_ADDR", store_addr_},
                                             {"CHOIR_JOB_ID", job_id_},
                                             {"CHOIR_LAUNCHER", "1"}})});
+      if (!binding.ranks.empty()) {
+        options.ranks.back().cpus = binding.ranks[static_cast<size_t>(local)].cpus;
+        options.ranks.back().numa = binding.ranks[static_cast<size_t>(local)].numa;
+      }
     }
     // server_ is a member and outlives this: ranks are stopped before the store goes away.
     RankSupervisor supervisor(std::move(options), signals_);
@@ -492,6 +511,7 @@ class RunCommand : public Subcommand {
   double timeout_seconds_ = 300;
   std::string job_id_;
   bool tag_output_ = true;
+  std::string bind_ = "auto";
   std::vector<std::string> command_;
 
   SignalFd* signals_ = nullptr;
