@@ -251,6 +251,51 @@ TEST(CommTopologyTest, BadTopologyFileFailsCreationWithItsLine) {
   std::remove(path.c_str());
 }
 
+// The communicator remembers its last choice for equal calls: alternating
+// collectives, counts, types and forced algorithms must each still get the
+// algorithm their own selection gives, with correct results.
+TEST(CommSelectionTest, RememberedChoiceNeverLeaksIntoOtherCalls) {
+  auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    std::vector<float> small(2, 1.0f), large(64 << 10, 1.0f), out(64 << 10, 0.0f);
+    std::vector<double> dsmall(2, 1.0), dout(2, 0.0);
+    CallOptions forced;
+    forced.algorithm = "cma";
+    auto expect = [](const Work& w, const std::string& algorithm, const char* what) -> Status {
+      CHOIR_RETURN_IF_ERROR(w.Wait());
+      if (w.info().algorithm != algorithm) {
+        return Status(Code::kInternal, std::string(what) + ": " + w.info().algorithm + ", expected " + algorithm);
+      }
+      return Status::Ok();
+    };
+    for (int round = 0; round < 3; ++round) {
+      CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(small.data(), out.data(), 2, DataType::kFloat32, ReduceOp::kSum),
+                                   "shm_flat", "8 B allreduce"));
+      if (out[0] != 2.0f) return Status(Code::kInternal, "8 B allreduce value");
+      // Same collective and type, another count: its own choice (256 KiB: single copy).
+      CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(large.data(), out.data(), large.size(), DataType::kFloat32,
+                                                  ReduceOp::kSum),
+                                   "cma", "256 KiB allreduce"));
+      if (out[12345] != 2.0f) return Status(Code::kInternal, "256 KiB allreduce value");
+      // A forced algorithm is honoured and not remembered.
+      CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(small.data(), out.data(), 2, DataType::kFloat32, ReduceOp::kSum,
+                                                  forced),
+                                   "cma", "forced 8 B allreduce"));
+      CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(small.data(), out.data(), 2, DataType::kFloat32, ReduceOp::kSum),
+                                   "shm_flat", "8 B allreduce after a forced one"));
+      // Same count, another type or collective.
+      CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(dsmall.data(), dout.data(), 2, DataType::kFloat64, ReduceOp::kSum),
+                                   "shm_flat", "float64 allreduce"));
+      if (dout[1] != 2.0) return Status(Code::kInternal, "float64 allreduce value");
+      CHOIR_RETURN_IF_ERROR(expect(comm.Allgather(small.data(), out.data(), 2, DataType::kFloat32), "shm_flat",
+                                   "allgather"));
+      CHOIR_RETURN_IF_ERROR(expect(comm.Allgather(large.data(), out.data(), 16 << 10, DataType::kFloat32), "cma",
+                                   "64 KiB-block allgather"));
+    }
+    return Status::Ok();
+  }, Opts("shm"));
+  ExpectAllOk(results);
+}
+
 // Single-copy (cma) collectives on buffers large enough for the chunked and
 // streaming paths and the broadcast root's share, with odd sizes, every root.
 TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
