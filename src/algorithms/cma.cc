@@ -8,7 +8,9 @@
 // inputs into its own output, chunk by chunk) followed by an allgather: below
 // 4 MiB rank r writes each finished chunk into every peer's output itself
 // (process_vm_writev, from its cache); beyond, every rank copies the finished
-// slices out of their owners' outputs as soon as they are announced. Reads go through a small
+// slices out of their owners' outputs as soon as they are announced. A reduce
+// is the first half of that: every rank combines its slice, and the others
+// write theirs into the root's output. Reads go through a small
 // cache-resident buffer and large results are written with streaming stores,
 // so each output byte costs one DRAM write. A broadcast root does not idle:
 // it writes a share of the buffer into each receiver (process_vm_writev)
@@ -139,11 +141,32 @@ Status BroadcastCma(Context& c, const OpArgs& a) {
 Status ReduceCma(Context& c, const OpArgs& a) {
   AreaOp op(c);
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv));
-  if (c.rank() == a.root) {
-    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, static_cast<const uint8_t*>(a.send), 0, a.count,
-                                          static_cast<uint8_t*>(a.recv), nullptr,
-                                          {.push = false, .streaming = a.count * c.elem_size() >= kStreamingBytes}));
-    FinishAverage(c, a.recv, a.count);
+  // Every rank combines its own slice of all the inputs (n cores at work, not
+  // the root's alone); the others then write their slice into the root's
+  // output, a cache-sized piece at a time.
+  const size_t es = c.elem_size();
+  const bool root = c.rank() == a.root;
+  const Blocks slices = EvenBlocks(a.count, c.size());
+  const auto& mine = slices[static_cast<size_t>(op.me())];
+  const auto* send = static_cast<const uint8_t*>(a.send);
+  auto average = [&](uint64_t, uint8_t* chunk, size_t elems) { FinishAverage(c, chunk, elems); };
+  if (root) {
+    auto* out = static_cast<uint8_t*>(a.recv) + mine.offset * es;
+    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, send, mine.offset * es, mine.count, out, average,
+                                          {.push = false, .streaming = a.count * es >= kStreamingBytes}));
+    for (int p = 0; p < op.size(); ++p) {
+      if (p != op.me()) c.CountSharedRead(p, slices[static_cast<size_t>(p)].count * es);  // written here by its owner
+    }
+  } else {
+    const uint64_t root_out = op.peers()[static_cast<size_t>(a.root)].recv;
+    const size_t piece = std::max<size_t>(1, kCmaChunkBytes / es);
+    CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(std::min(piece, mine.count) * es, /*slot=*/1));
+    for (size_t done = 0; done < mine.count; done += piece) {
+      const size_t m = std::min(piece, mine.count - done);
+      const uint64_t off = (mine.offset + done) * es;
+      CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, send, off, m, tmp, average, {}));
+      CHOIR_RETURN_IF_ERROR(CopyToPeer(op, a.root, root_out + off, tmp, m * es));
+    }
   }
   return op.Finish();
 }

@@ -260,8 +260,10 @@ size_t FlatLimitWithCma(CollKind kind) {
     case CollKind::kAlltoall:
     case CollKind::kScatter:
       return 16 << 10;
+    case CollKind::kReduce:
+      return 32 << 10;
     default:
-      return SIZE_MAX;  // reduce, barrier: cma was no faster
+      return SIZE_MAX;  // barrier: no payload
   }
 }
 
