@@ -25,6 +25,9 @@
 #include "algorithms/local_ops.h"
 
 namespace choir::algorithms {
+namespace {
+constexpr int kReducePieceSlot = 3;  // Scratch: not a slot of the steps (0) or of hier (1, 2)
+}  // namespace
 
 Status AllreduceCma(Context& c, const OpArgs& a) {
   AreaOp op(c);
@@ -160,7 +163,7 @@ Status ReduceCma(Context& c, const OpArgs& a) {
   } else {
     const uint64_t root_out = op.peers()[static_cast<size_t>(a.root)].recv;
     const size_t piece = std::max<size_t>(1, kCmaChunkBytes / es);
-    CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(std::min(piece, mine.count) * es, /*slot=*/1));
+    CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(std::min(piece, mine.count) * es, kReducePieceSlot));
     for (size_t done = 0; done < mine.count; done += piece) {
       const size_t m = std::min(piece, mine.count - done);
       const uint64_t off = (mine.offset + done) * es;

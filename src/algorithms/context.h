@@ -30,18 +30,20 @@ struct SelectConfig;
 
 // Growable scratch memory owned by the communicator, reused across operations.
 // Slot 0 belongs to the innermost step (block steps, rings, single copy);
-// hierarchical algorithms keep their own buffers in slots 1 and 2.
+// hierarchical algorithms keep their own buffers in slots 1 and 2, and cma's
+// reduce its pieces in slot 3 (kReducePieceSlot), so that no algorithm's
+// buffer is one a step it calls reuses.
 class Scratch {
  public:
-  static constexpr int kSlots = 3;
+  static constexpr int kSlots = 4;
   // At least `bytes` bytes, 64-byte aligned, valid until the next Get of the
   // same slot with a larger size; null when memory is exhausted.
   uint8_t* Get(size_t bytes, int slot = 0);
   ~Scratch();
 
  private:
-  uint8_t* data_[kSlots] = {nullptr, nullptr, nullptr};
-  size_t size_[kSlots] = {0, 0, 0};
+  uint8_t* data_[kSlots] = {};
+  size_t size_[kSlots] = {};
 };
 
 class Context {

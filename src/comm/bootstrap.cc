@@ -8,7 +8,6 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
@@ -185,6 +184,8 @@ json MakeHello(const CommConfig& c, int rank, int size, const std::string& addre
               {"netns", NetworkNamespace()},
               {"transport", transport::TransportChoiceName(c.transport)},
               {"place", {{"package", p.package}, {"numa", p.numa}, {"cores", p.cores}, {"interface", p.interface}, {"ip", p.ip}}},
+              // The CPUs this process may really run on (the place may come from a topology file).
+              {"cpus", DetectedPlace().cores},
               {"topo", where.source == "detected" ? std::string() : where.fingerprint},
               {"topo_source", where.source},
               // Ranks of one host lay out and choose their same-host algorithms by these.
@@ -275,6 +276,18 @@ Result<transport::PeerInfo> CheckHello(const std::string& text, const json& mine
   }
 }
 
+// A rank's real CPU affinity from its hello (empty: not given).
+std::vector<int> CpusFromHello(const std::string& text) {
+  const json h = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!h.is_object() || !h.contains("cpus") || !h["cpus"].is_array()) return {};
+  std::vector<int> cpus;
+  for (const json& c : h["cpus"]) {
+    if (!c.is_number_integer()) return {};
+    cpus.push_back(c.get<int>());
+  }
+  return cpus;
+}
+
 int OnlineCpus() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
@@ -333,23 +346,21 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   }
   std::vector<transport::PeerInfo> peers;
   std::vector<RankPlace> places;
+  std::vector<std::string> texts;
   for (int r = 0; r < size; ++r) {
     CHOIR_ASSIGN_OR_RETURN(std::string text, scoped->Get(keys[static_cast<size_t>(r)]));
+    texts.push_back(text);
     CHOIR_ASSIGN_OR_RETURN(transport::PeerInfo p, CheckHello(text, hello, r));
     places.push_back(PlaceFromHello(text, p));
     peers.push_back(std::move(p));
   }
 
   int local = 0;
-  // The CPUs this host's ranks may run on, together: ranks bound to one CPU
-  // each by the launcher do not compete, though each sees a single CPU.
-  std::set<int> local_cpus;
-  bool cpus_known = true;
-  for (size_t r = 0; r < peers.size(); ++r) {
-    if (peers[r].host_id != config.host_id) continue;
+  std::vector<std::vector<int>> local_cpus;  // each local rank's CPU affinity (empty: unknown)
+  for (int r = 0; r < size; ++r) {
+    if (peers[static_cast<size_t>(r)].host_id != config.host_id) continue;
     ++local;
-    if (places[r].cores.empty()) cpus_known = false;
-    local_cpus.insert(places[r].cores.begin(), places[r].cores.end());
+    local_cpus.push_back(CpusFromHello(texts[static_cast<size_t>(r)]));
   }
   transport::ConnectOptions co;
   co.job_id = config.job_id;
@@ -362,8 +373,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   co.tcp_streams = static_cast<int>(std::clamp<int64_t>(params::GetInt(params::Id::kTcpStreams), 1, 64));
   co.tcp_stripe_bytes = params::GetBytes(params::Id::kTcpStripeBytes);
   co.allow_cma = params::GetString(params::Id::kShmCma) != "off";
-  const int cpus = cpus_known ? static_cast<int>(local_cpus.size()) : OnlineCpus();
-  const bool oversubscribed = local > cpus;
+  const bool oversubscribed = transport::RanksCompeteForCpus(local_cpus, OnlineCpus());
   // Ranks that outnumber the cores must never burn a core a peer needs.
   co.wait.spin_ns = oversubscribed ? 0 : params::GetInt(params::Id::kSpinMicros) * 1000;
   co.wait.yield_ns = co.wait.spin_ns + params::GetInt(params::Id::kYieldMicros) * 1000;

@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <ctime>
 
@@ -32,12 +33,14 @@ void Work::State::Complete(Status s, const CompletionInfo& i) {
   }
 }
 
-bool Work::State::Block(std::chrono::nanoseconds timeout) {
+bool Work::State::Block(std::chrono::nanoseconds timeout, bool forever) {
   if (is_done()) return true;
-  const bool limited = timeout.count() >= 0;
+  if (!forever && timeout.count() <= 0) return false;
+  const bool limited = !forever;
   const int64_t until = limited ? NowNanos() + timeout.count() : 0;
   sleepers.fetch_add(1, std::memory_order_seq_cst);
-  while (!is_done()) {
+  // Sequentially consistent like Complete's store: one side sees the other.
+  while (done.load(std::memory_order_seq_cst) == 0) {
     timespec ts{};
     if (limited) {
       const int64_t left = until - NowNanos();
@@ -54,13 +57,15 @@ Status Work::Wait() const {
   if (!state_) return Status::Ok();
   if (state_->is_done()) return state_->status;
   if (state_->help) state_->help();
-  state_->Block(std::chrono::nanoseconds(-1));
+  state_->Block(std::chrono::nanoseconds(0), /*forever=*/true);
   return state_->status;
 }
 
 Status Work::WaitFor(std::chrono::milliseconds timeout) const {
   if (!state_) return Status::Ok();
-  if (!state_->Block(timeout)) {
+  // At most a year: longer limits would overflow the nanosecond arithmetic.
+  const auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));
+  if (!state_->Block(std::chrono::duration_cast<std::chrono::nanoseconds>(limit), /*forever=*/false)) {
     return Status(Code::kCollectiveTimeout,
                   "the operation is still running after " + std::to_string(timeout.count()) +
                       " ms (it continues under its own deadline)");

@@ -46,8 +46,9 @@ struct Work::State {
   // Callbacks run before waiters are released, so that once Wait() returns
   // every callback registered before completion has finished.
   void Complete(Status s, const CompletionInfo& i);
-  // Blocks until done or `timeout` passes (negative: no limit); true if done.
-  bool Block(std::chrono::nanoseconds timeout);
+  // Blocks until done, or (unless `forever`) until `timeout` passes (at
+  // once when it is not positive); true if done.
+  bool Block(std::chrono::nanoseconds timeout, bool forever);
 };
 
 }  // namespace choir

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -180,8 +181,22 @@ BindingPlan PlanBinding(const MachineLayout& machine, const std::vector<int>& al
                                local_ranks, nodes);
     return plan;
   }
+  // Nodes with few allowed CPUs would get as many ranks as the others:
+  // binding then would pin ranks onto shared CPUs while others stay free.
+  const std::vector<RankPlace> places = PlaceLocalRanks(usable, local_ranks);
+  std::set<int> taken;
+  for (const RankPlace& p : places) {
+    for (int cpu : p.cores) {
+      if (!taken.insert(cpu).second) {
+        plan.summary = fmt::format("binding: the allowed CPUs are spread too unevenly over the NUMA nodes for {} "
+                                   "ranks, not bound",
+                                   local_ranks);
+        return plan;
+      }
+    }
+  }
   std::string list;
-  for (const RankPlace& p : PlaceLocalRanks(usable, local_ranks)) {
+  for (const RankPlace& p : places) {
     RankBinding b;
     b.cpus = p.cores;
     // A memory preference only means something with several nodes.
@@ -199,12 +214,13 @@ Result<BindingPlan> PlanBindingHere(int local_ranks) {
   std::vector<int> allowed;
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-      if (CPU_ISSET(cpu, &set)) allowed.push_back(cpu);
-    }
-  } else {
-    for (const CpuPlace& pu : machine.pus) allowed.push_back(pu.pu);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+    // More CPUs than a cpu_set_t holds: do not bind what cannot be read.
+    return BindingPlan{{}, fmt::format("binding: cannot read this launcher's CPU affinity ({}), not bound",
+                                       std::strerror(errno))};
+  }
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) allowed.push_back(cpu);
   }
   return PlanBinding(machine, allowed, local_ranks);
 }

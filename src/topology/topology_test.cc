@@ -169,6 +169,10 @@ TEST(TopologyTest, BindingGivesEachRankItsNodesShareOfTheAllowedCpus) {
   const topology::BindingPlan one = topology::PlanBinding(*m, all, 1);
   EXPECT_TRUE(one.ranks.empty());
   EXPECT_EQ(one.summary, "binding: 1 rank, left free");
+  // CPUs 3-6 leave node 0 one CPU for its two ranks: nobody is pinned onto a shared CPU.
+  const topology::BindingPlan uneven = topology::PlanBinding(*m, {3, 4, 5, 6}, 4);
+  EXPECT_TRUE(uneven.ranks.empty());
+  EXPECT_EQ(uneven.summary, "binding: the allowed CPUs are spread too unevenly over the NUMA nodes for 4 ranks, not bound");
   const topology::BindingPlan crowded = topology::PlanBinding(*m, {0, 1}, 3);
   EXPECT_TRUE(crowded.ranks.empty());
   EXPECT_EQ(crowded.summary, "binding: 3 ranks on 2 CPUs share them, not bound");

@@ -44,3 +44,24 @@ TEST(ConnectTest, PairChoiceIsSymmetricAndForcedShmAcrossHostsFails) {
 
 }  // namespace
 }  // namespace choir::transport
+
+namespace choir::transport {
+namespace {
+
+TEST(WaitPolicyTest, RanksCompeteForCpusCountsEachRanksShare) {
+  // Two free ranks on two CPUs, or bound one per CPU: no competition.
+  EXPECT_FALSE(RanksCompeteForCpus({{0, 1}, {0, 1}}, 2));
+  EXPECT_FALSE(RanksCompeteForCpus({{0}, {1}}, 2));
+  EXPECT_FALSE(RanksCompeteForCpus({{0, 1}, {2, 3}, {4, 5}, {6, 7}}, 8));
+  // Three free ranks on two CPUs, two ranks stacked on one CPU, or a bound
+  // and a free rank on the bound one's CPU.
+  EXPECT_TRUE(RanksCompeteForCpus({{0, 1}, {0, 1}, {0, 1}}, 2));
+  EXPECT_TRUE(RanksCompeteForCpus({{0}, {0}}, 8));
+  EXPECT_TRUE(RanksCompeteForCpus({{0}, {1}, {0, 1}}, 2));
+  // A rank's affinity unknown: ranks against online CPUs.
+  EXPECT_FALSE(RanksCompeteForCpus({{0}, {}}, 2));
+  EXPECT_TRUE(RanksCompeteForCpus({{0}, {}, {1}}, 2));
+}
+
+}  // namespace
+}  // namespace choir::transport

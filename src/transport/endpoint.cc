@@ -5,6 +5,7 @@
 #include <sys/epoll.h>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 
 #include "base/logging.h"
@@ -268,6 +269,18 @@ Status Endpoint::Timeout(std::span<Xfer> xfers, double waited) const {
   std::string msg = "no progress for " + fmt::format("{:.1f}", waited) + " s while ";
   for (size_t i = 0; i < owing.size(); ++i) msg += (i ? ", " : "") + owing[i];
   return Status(Code::kCollectiveTimeout, msg);
+}
+
+bool RanksCompeteForCpus(const std::vector<std::vector<int>>& cpus_of_ranks, int online_cpus) {
+  std::map<int, double> load;
+  for (const std::vector<int>& cpus : cpus_of_ranks) {
+    if (cpus.empty()) return static_cast<int>(cpus_of_ranks.size()) > online_cpus;
+    for (int cpu : cpus) load[cpu] += 1.0 / static_cast<double>(cpus.size());
+  }
+  for (const auto& [cpu, work] : load) {
+    if (work > 1.0 + 1e-9) return true;
+  }
+  return false;
 }
 
 Status Endpoint::WaitLocal(const std::function<bool(int)>& owes, const RunHooks& hooks,

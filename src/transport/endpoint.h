@@ -79,6 +79,15 @@ struct WaitPolicy {
   }
 };
 
+// Whether the ranks of a host compete for CPUs, so that a waiting rank must
+// not spin (WaitPolicy::spin_ns = 0). Each rank counts as one CPU's worth of
+// work spread over the CPUs it may use (`cpus_of_ranks`, its affinity) and
+// they compete when some CPU gets more than one: ranks a launcher bound one
+// per CPU do not, though each sees a single CPU; ranks stacked on the same
+// CPUs do. When some rank's affinity is unknown (empty), ranks are counted
+// against `online_cpus`.
+bool RanksCompeteForCpus(const std::vector<std::vector<int>>& cpus_of_ranks, int online_cpus);
+
 class Endpoint {
  public:
   // channels[r] talks to rank r (null for this rank). `own_segment` (may be null)

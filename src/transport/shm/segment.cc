@@ -72,6 +72,9 @@ Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int ra
                                                  size_t ring_bytes, size_t area_slot_bytes,
                                                  size_t area_pipe_bytes, uint64_t token) {
   CHOIR_RETURN_IF_ERROR(CheckSizes(ring_bytes, area_slot_bytes, area_pipe_bytes));
+  // Register for the doorbell barrier now rather than in the first
+  // collective's first publication (registering can take milliseconds).
+  (void)NotifiesWithoutFence();
   const size_t bytes = TotalBytes(num_slots, ring_bytes, area_slot_bytes, area_pipe_bytes);
   Fd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd.valid()) return ShmFailure(errno, "shm_open(" + name + ", create)");
