@@ -79,7 +79,7 @@ const Algorithm* FindAlgorithm(CollKind kind, std::string_view name) {
   return nullptr;
 }
 
-bool IsHierarchical(const Algorithm& a) { return a.name[0] == 'h' && std::strcmp(a.name, "hier") == 0; }
+bool IsHierarchical(const Algorithm& a) { return std::strcmp(a.name, "hier") == 0; }
 
 void CopyIfDistinct(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes > 0) kernels::CopyBytes(dst, src, bytes, bytes >= (8u << 20));

@@ -58,10 +58,8 @@ const Algorithm* DefaultFor(const GroupView& g, const OpArgs& args, uint64_t byt
     }
   }
   if (args.kind == CollKind::kAllreduce) {
-    static const Algorithm* const small = FindAlgorithm(CollKind::kAllreduce, "recursive_doubling");
-    static const Algorithm* const large = FindAlgorithm(CollKind::kAllreduce, "ring");
     if (why) *why = bytes <= config.small_bytes ? "small message" : "large message";
-    return bytes <= config.small_bytes ? small : large;
+    return FindAlgorithm(args.kind, bytes <= config.small_bytes ? "recursive_doubling" : "ring");
   }
   for (const Algorithm* a : candidates) {
     if (a->usable == nullptr) {

@@ -44,9 +44,9 @@ void Copy(void* dst, const void* src, size_t bytes) {
 // Where each rank's block lies in a send or receive buffer: computed on the
 // fly for the uniform collectives (the latency path allocates nothing), from
 // the counts for the V variants.
-class Blocks {
+class BlockLayout {
  public:
-  Blocks(const OpArgs& a, int n, bool send) {
+  BlockLayout(const OpArgs& a, int n, bool send) {
     if (a.kind == CollKind::kAllgatherV || a.kind == CollKind::kAlltoallV) {
       table_ = patterns::BlocksFromCounts(send ? a.SendCounts(n) : a.RecvCounts(n));
     }
@@ -152,7 +152,7 @@ Status AllgatherFlat(Context& c, const OpArgs& a) {
   AreaOp op(c);
   const size_t es = c.elem_size();
   const int n = op.size();
-  const Blocks blocks(a, n, /*send=*/false);
+  const BlockLayout blocks(a, n, /*send=*/false);
   const patterns::Block own = blocks[c.rank()];
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   Copy(op.my_data(), a.send, own.count * es);
@@ -207,7 +207,7 @@ Status AlltoallFlat(Context& c, const OpArgs& a) {
   const int n = op.size();
   const size_t table = static_cast<size_t>(n) * sizeof(uint64_t);
   // Slot: a table of byte offsets of each destination's block, then the data.
-  const Blocks sblocks(a, n, /*send=*/true);
+  const BlockLayout sblocks(a, n, /*send=*/true);
   const size_t total = sblocks.total() * es;
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   auto* offsets = reinterpret_cast<uint64_t*>(op.my_data());
@@ -215,7 +215,7 @@ Status AlltoallFlat(Context& c, const OpArgs& a) {
   Copy(op.my_data() + table, a.send, total);
   op.Publish(table + total);
   CHOIR_RETURN_IF_ERROR(op.WaitAll());
-  const Blocks rblocks(a, n, /*send=*/false);
+  const BlockLayout rblocks(a, n, /*send=*/false);
   auto* out = static_cast<uint8_t*>(a.recv);
   for (int p = 0; p < n; ++p) {
     uint64_t off = 0;

@@ -346,21 +346,13 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   }
   std::vector<transport::PeerInfo> peers;
   std::vector<RankPlace> places;
-  std::vector<std::string> texts;
-  for (int r = 0; r < size; ++r) {
-    CHOIR_ASSIGN_OR_RETURN(std::string text, scoped->Get(keys[static_cast<size_t>(r)]));
-    texts.push_back(text);
-    CHOIR_ASSIGN_OR_RETURN(transport::PeerInfo p, CheckHello(text, hello, r));
-    places.push_back(PlaceFromHello(text, p));
-    peers.push_back(std::move(p));
-  }
-
-  int local = 0;
   std::vector<std::vector<int>> local_cpus;  // each local rank's CPU affinity (empty: unknown)
   for (int r = 0; r < size; ++r) {
-    if (peers[static_cast<size_t>(r)].host_id != config.host_id) continue;
-    ++local;
-    local_cpus.push_back(CpusFromHello(texts[static_cast<size_t>(r)]));
+    CHOIR_ASSIGN_OR_RETURN(std::string text, scoped->Get(keys[static_cast<size_t>(r)]));
+    CHOIR_ASSIGN_OR_RETURN(transport::PeerInfo p, CheckHello(text, hello, r));
+    places.push_back(PlaceFromHello(text, p));
+    if (p.host_id == config.host_id) local_cpus.push_back(CpusFromHello(text));
+    peers.push_back(std::move(p));
   }
   transport::ConnectOptions co;
   co.job_id = config.job_id;
@@ -403,7 +395,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   impl->endpoint_->set_metrics(impl->metrics_.get());
   CHOIR_RETURN_IF_ERROR(diag::EnsureMetricsEndpoint({impl->config_.job_id, rank, size, impl->config_.host_id}));
   CHOIR_LOG(Info, INIT, "rank {}/{} joined '{}' in {:.1f} ms ({} local ranks, {} hosts, topology {}{})", rank,
-            size, impl->config_.uid, static_cast<double>(NowNanos() - start) / 1e6, local,
+            size, impl->config_.uid, static_cast<double>(NowNanos() - start) / 1e6, local_cpus.size(),
             impl->layout_.num_hosts(), where.source, oversubscribed ? ", oversubscribed: no spinning" : "");
   return impl;
 }

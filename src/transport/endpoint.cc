@@ -298,27 +298,23 @@ Status Endpoint::WaitLocal(const std::function<bool(int)>& owes, const RunHooks&
   // (always, when ranks outnumber cores) a burst of pauses would only delay
   // handing the core to the peer being waited for.
   bool spinning = policy_.spin_ns > 0;
-  constexpr int kBurst = 64;
-  // Most waits end within the first burst: no clock read for them.
-  if (spinning) {
-    for (int i = 0; i < kBurst; ++i) {
-      _mm_pause();
-      if (ready()) return Status::Ok();
-    }
-  }
-  const int64_t start = NowNanos();
-  int64_t last_check = start;
-  int64_t last_stall = start;
+  // The clock is first read after the first round of polls: most waits end
+  // before, and cost no clock read (nor count as a wait for the metric).
+  int64_t start = 0;
+  int64_t last_check = 0;
+  int64_t last_stall = 0;
   SegmentHeader* h = own_segment_ ? own_segment_->header() : nullptr;
   auto arrived = [&] {
-    if (marks_data && hooks.first_data_ns != nullptr && *hooks.first_data_ns == 0) *hooks.first_data_ns = NowNanos();
+    if (start != 0 && marks_data && hooks.first_data_ns != nullptr && *hooks.first_data_ns == 0) {
+      *hooks.first_data_ns = NowNanos();
+    }
     return Status::Ok();
   };
   while (true) {
     if (spinning) {
-      for (int i = 0; i < kBurst; ++i) {
-        if (ready()) return arrived();
+      for (int i = 0; i < 64; ++i) {
         _mm_pause();
+        if (ready()) return arrived();
       }
     } else if (ready()) {
       return arrived();
@@ -328,6 +324,7 @@ Status Endpoint::WaitLocal(const std::function<bool(int)>& owes, const RunHooks&
       return abort_status_;
     }
     const int64_t now = NowNanos();
+    if (start == 0) start = last_check = last_stall = now;
     if (now - last_check > kMaxSleepNs) {
       last_check = now;
       CHOIR_RETURN_IF_ERROR(CheckPeers({}));

@@ -165,7 +165,6 @@ long Futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
 }
 
-
 long Membarrier(int cmd) { return syscall(__NR_membarrier, cmd, 0, 0); }
 
 // 1: registered for MEMBARRIER_CMD_GLOBAL_EXPEDITED; -1: not available (old
@@ -173,7 +172,9 @@ long Membarrier(int cmd) { return syscall(__NR_membarrier, cmd, 0, 0); }
 // again: the registration belongs to the address space).
 std::atomic<int> g_barrier_registered{0};
 
-bool RegisteredForBarrier() {
+}  // namespace
+
+bool NotifiesWithoutFence() {
   int state = g_barrier_registered.load(std::memory_order_acquire);
   if (state == 0) {
     static const int at_fork = pthread_atfork(nullptr, nullptr, [] { g_barrier_registered.store(0); });
@@ -184,12 +185,8 @@ bool RegisteredForBarrier() {
   return state > 0;
 }
 
-}  // namespace
-
-bool NotifiesWithoutFence() { return RegisteredForBarrier(); }
-
 void NotifySegment(SegmentHeader* h) {
-  if (RegisteredForBarrier()) {
+  if (NotifiesWithoutFence()) {
     // The sleeper's membarrier orders our publication before its re-check.
     std::atomic_signal_fence(std::memory_order_seq_cst);
   } else {

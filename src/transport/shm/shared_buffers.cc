@@ -128,8 +128,9 @@ Result<uint8_t*> PeerBufferMaps::Map(int pid, int peer_rank, const SharedRef& re
   const std::string who = "the shared buffer of rank " + std::to_string(peer_rank) + " (pid " + std::to_string(pid) + ")";
   // Refusals that say "not here" rather than "not this buffer".
   auto refused = [this](int err) {
-    if (err == ENOSYS || err == EPERM || err == EACCES) unavailable_ = true;
-    return err == ENOSYS || err == EPERM || err == EACCES || err == ESRCH;
+    const bool not_here = err == ENOSYS || err == EPERM || err == EACCES;
+    if (not_here) unavailable_ = true;
+    return not_here || err == ESRCH;
   };
   // A rank of this very process (threads as ranks) gets a mapping of its
   // own too, so that a rank that frees its buffer early (after an abort)
