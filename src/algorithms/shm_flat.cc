@@ -254,8 +254,8 @@ size_t FlatLimitWithCma(CollKind kind) {
       return 8 << 10;
     case CollKind::kAllgather:
     case CollKind::kAllgatherV:
-    case CollKind::kGather:
       return 4 << 10;
+    case CollKind::kGather:
     case CollKind::kBroadcast:
     case CollKind::kAlltoall:
     case CollKind::kScatter:
