@@ -21,7 +21,7 @@ bool LocalGroupUsable(const Context& c) {
 
 AreaOp::AreaOp(Context& c) : ctx_(&c), group_(c.local_group()) {
   id_ = group_->next_id++;
-  parity_ = static_cast<int>(id_ & 1);
+  slot_ = static_cast<int>(id_ % transport::kAreaSlots);
 }
 
 Status AreaOp::Wait(const std::function<bool(int)>& owes, const char* to_do, bool marks_data) {
@@ -35,16 +35,32 @@ Status AreaOp::Wait(const std::function<bool(int)>& owes, const char* to_do, boo
 }
 
 Status AreaOp::Acquire() {
-  // Free for sure: the first use of each slot, or every peer already
-  // published the operation after the one that last used it (local_group.h).
-  if (id_ <= 2 || group_->seen_from_all + 1 >= id_) return Status::Ok();
-  const uint64_t need = id_ - 2;  // the previous operation that used this slot
-  return Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].ctl()->read_done[parity_].load(std::memory_order_acquire) < need; },
-              "to finish reading this rank's shared slot");
+  // Free for sure: the first use of each slot, or every peer is known to
+  // have finished reading the operation that last used it (local_group.h).
+  if (id_ <= transport::kAreaSlots) return Status::Ok();
+  const uint64_t need = id_ - transport::kAreaSlots;  // the previous operation that used this slot
+  if (group_->read_by_all >= need) return Status::Ok();
+  CHOIR_RETURN_IF_ERROR(
+      Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].ctl()->read_done[slot_].load(std::memory_order_acquire) < need; },
+           "to finish reading this rank's shared slot"));
+  // A rank finishes operations in order, so the newest id in its read_done
+  // line (one cache line, just read) covers every earlier slot as well: the
+  // next few operations need not read the peers' lines again.
+  uint64_t least = UINT64_MAX;
+  for (int p = 0; p < size(); ++p) {
+    if (p == me()) continue;
+    uint64_t newest = 0;
+    for (const auto& done : group_->areas[static_cast<size_t>(p)].ctl()->read_done) {
+      newest = std::max(newest, done.load(std::memory_order_acquire));
+    }
+    least = std::min(least, newest);
+  }
+  group_->read_by_all = std::max(group_->read_by_all, least);
+  return Status::Ok();
 }
 
 void AreaOp::Publish(uint64_t bytes) {
-  transport::SlotHeader* h = group_->mine().slot(parity_);
+  transport::SlotHeader* h = group_->mine().slot(slot_);
   h->sig = ctx_->sig_word();
   h->count = ctx_->sig_count();
   h->bytes = bytes;
@@ -53,7 +69,7 @@ void AreaOp::Publish(uint64_t bytes) {
 }
 
 Status AreaOp::CheckSignature(int p) const {
-  const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(parity_);
+  const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(slot_);
   if (h->sig != ctx_->sig_word() || h->count != ctx_->sig_count()) {
     return ctx_->Mismatch(h->sig, h->count, group_->ranks[static_cast<size_t>(p)]);
   }
@@ -61,16 +77,16 @@ Status AreaOp::CheckSignature(int p) const {
 }
 
 Status AreaOp::WaitFor(int p) {
-  const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(parity_);
+  const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(slot_);
   CHOIR_RETURN_IF_ERROR(Wait([&](int q) { return q == p && h->id.load(std::memory_order_acquire) != id_; },
                              "to arrive (same-host slot)", /*marks_data=*/true));
   return CheckSignature(p);
 }
 
 Status AreaOp::WaitAll() {
-  CHOIR_RETURN_IF_ERROR(Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].slot(parity_)->id.load(std::memory_order_acquire) != id_; },
+  CHOIR_RETURN_IF_ERROR(Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].slot(slot_)->id.load(std::memory_order_acquire) != id_; },
                              "to arrive (same-host slots)", /*marks_data=*/true));
-  group_->seen_from_all = id_;
+  group_->read_by_all = std::max(group_->read_by_all, id_ - 1);  // see Acquire
   for (int p = 0; p < size(); ++p) {
     if (p != me()) CHOIR_RETURN_IF_ERROR(CheckSignature(p));
   }
@@ -80,10 +96,10 @@ Status AreaOp::WaitAll() {
 void AreaOp::FinishReads() {
   // Traffic through the shared slots is counted on the reading side.
   for (int p = 0; p < size(); ++p) {
-    const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(parity_);
+    const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(slot_);
     if (p != me() && h->id.load(std::memory_order_relaxed) == id_) ctx_->CountSharedRead(p, h->bytes);
   }
-  group_->mine().ctl()->read_done[parity_].store(id_, std::memory_order_release);
+  group_->mine().ctl()->read_done[slot_].store(id_, std::memory_order_release);
   group_->NotifyPeers();
 }
 

@@ -1,7 +1,7 @@
 // Building blocks of the same-host algorithms (shm_flat.cc, cma.cc): one
 // "area operation" on the host's shared slots, as every local rank runs it.
 //
-//   AreaOp op(ctx);                 // next id, slot parity
+//   AreaOp op(ctx);                 // next id, its slot
 //   op.Acquire();                   // my slot is no longer being read by anyone
 //   memcpy(op.my_data(), ...);      // fill it
 //   op.Publish(bytes);              // id + signature become visible to peers
@@ -45,17 +45,17 @@ class AreaOp {
   explicit AreaOp(Context& c);
 
   Status Acquire();
-  uint8_t* my_data() const { return group_->mine().data(parity_); }
+  uint8_t* my_data() const { return group_->mine().data(slot_); }
   size_t slot_bytes() const { return group_->mine().slot_bytes(); }
   size_t slot_capacity() const { return group_->mine().slot_capacity(); }
   void Publish(uint64_t bytes);
   Status WaitFor(int local_index);
   Status WaitAll();
   const uint8_t* data(int local_index) const {
-    return group_->areas[static_cast<size_t>(local_index)].data(parity_);
+    return group_->areas[static_cast<size_t>(local_index)].data(slot_);
   }
   uint64_t bytes(int local_index) const {
-    return group_->areas[static_cast<size_t>(local_index)].slot(parity_)->bytes;
+    return group_->areas[static_cast<size_t>(local_index)].slot(slot_)->bytes;
   }
   void FinishReads();
 
@@ -98,7 +98,7 @@ class AreaOp {
   Context* ctx_;
   transport::LocalGroup* group_;
   uint64_t id_;
-  int parity_;
+  int slot_;
   std::vector<PeerBuffers> peers_;  // filled by ExchangeAddresses
 
   friend Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, const std::vector<uint64_t>& table,

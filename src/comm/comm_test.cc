@@ -666,6 +666,59 @@ TEST(CommTest, AsyncOperationsCompleteInOrder) {
   ExpectAllOk(results);
 }
 
+// The ranks that do not wait for their peers (a broadcast or scatter root,
+// the senders of a reduce or gather) run up to kAreaSlots operations ahead
+// through the shared slots. In each phase one collective runs 30 times in a
+// row with one root, and the waiting side sleeps now and then, so the others
+// fill every slot and must wait for one to come free; every value must still
+// be its own operation's.
+TEST(CommSlotTest, RanksRunningAheadNeverOverwriteUnreadSlots) {
+  for (int n : {2, 3}) {
+    auto results = RunRanks(n, [n](Communicator& comm) -> Status {
+      const int me = comm.rank();
+      for (int phase = 0; phase < 4 * n * 2; ++phase) {
+        const int root = (phase / 4) % n;
+        const int kind = phase % 4;  // broadcast, scatter (root runs ahead), reduce, gather (senders do)
+        const bool waits = kind < 2 ? me != root : me == root;
+        for (int64_t round = 0; round < 30; ++round) {
+          const std::string where = "phase " + std::to_string(phase) + " round " + std::to_string(round);
+          if (waits && round % 10 == 3) std::this_thread::sleep_for(2ms);
+          const int64_t tag = phase * 1000 + round;
+          if (kind == 0) {
+            int64_t b[3] = {tag, root, -tag};
+            if (me != root) std::fill(b, b + 3, 0);
+            CHOIR_RETURN_IF_ERROR(comm.Broadcast(b, b, 3, DataType::kInt64, root).Wait());
+            if (b[0] != tag || b[1] != root || b[2] != -tag) return Status(Code::kInternal, "broadcast " + where);
+          } else if (kind == 1) {
+            std::vector<int64_t> parts(static_cast<size_t>(n));
+            for (int p = 0; p < n; ++p) parts[static_cast<size_t>(p)] = p * 7 + tag;
+            int64_t got = -1;
+            CHOIR_RETURN_IF_ERROR(comm.Scatter(parts.data(), &got, 1, DataType::kInt64, root).Wait());
+            if (got != me * 7 + tag) return Status(Code::kInternal, "scatter " + where);
+          } else if (kind == 2) {
+            int64_t mine[2] = {me + tag, 1}, r[2] = {0, 0};
+            CHOIR_RETURN_IF_ERROR(comm.Reduce(mine, r, 2, DataType::kInt64, ReduceOp::kSum, root).Wait());
+            if (me == root && (r[0] != n * (n - 1) / 2 + n * tag || r[1] != n)) {
+              return Status(Code::kInternal, "reduce " + where);
+            }
+          } else {
+            std::vector<int64_t> all(static_cast<size_t>(n), -1);
+            const int64_t v = me * 100000 + tag;
+            CHOIR_RETURN_IF_ERROR(comm.Gather(&v, all.data(), 1, DataType::kInt64, root).Wait());
+            for (int p = 0; me == root && p < n; ++p) {
+              if (all[static_cast<size_t>(p)] != p * 100000 + tag) {
+                return Status(Code::kInternal, "gather " + where + " from rank " + std::to_string(p));
+              }
+            }
+          }
+        }
+      }
+      return Status::Ok();
+    }, Opts("shm", 5s));
+    ExpectAllOk(results);
+  }
+}
+
 TEST(CommTest, WaitForReportsStillRunning) {
   std::atomic<bool> go{false};
   auto results = RunRanks(2, [&](Communicator& comm) -> Status {

@@ -1,5 +1,5 @@
-// The same-host collective area: a few control lines and two data slots per
-// rank, in the rank's own shared segment, read directly by every other rank
+// The same-host collective area: a few control lines and kAreaSlots data
+// slots per rank, in the rank's own shared segment, read directly by every other rank
 // of the host.
 //
 // Small collectives (shm_flat) work by publishing: each rank writes its input
@@ -10,9 +10,13 @@
 // straight from the owner's memory) when the kernel allows it.
 //
 // Ids: every participating rank runs the same sequence of area operations,
-// numbered 1, 2, 3... Operation k uses slot k % 2. Before writing slot b for
-// operation k a rank waits until every peer has finished reading that slot
-// for the previous operation that used it (read_done[b]).
+// numbered 1, 2, 3... Operation k uses slot k % kAreaSlots. Before writing
+// slot b for operation k a rank waits until every peer has finished reading
+// that slot for the previous operation that used it (read_done[b]). Several
+// slots let a rank that does not wait for its peers (a broadcast root, the
+// senders of a reduce or gather) run that many operations ahead, so a stream
+// of one-directional collectives is paced by the slowest rank's work, not by
+// round trips between the caches.
 //
 // Large collectives without process_vm_readv, or where streaming through the
 // caches beats it (shm_pipe), stage chunks in the area's pipe: a region the
@@ -34,8 +38,10 @@
 
 namespace choir::transport {
 
+inline constexpr int kAreaSlots = 8;
+
 struct alignas(64) AreaCtl {
-  alignas(64) std::atomic<uint64_t> read_done[2];  // last op id whose reads of each slot parity finished
+  alignas(64) std::atomic<uint64_t> read_done[kAreaSlots];  // per slot: last op id whose reads of it finished
   alignas(64) std::atomic<uint64_t> progress;      // (op id << 24) | chunks of this rank's share finished
   alignas(64) std::atomic<uint64_t> finished;      // last op id this rank finished (peers may reuse buffers)
   alignas(64) std::atomic<uint64_t> consumed;      // (op id << 24) | pipe steps whose peer stages this rank has read
@@ -63,7 +69,7 @@ inline size_t SlotCapacity(size_t slot_bytes) { return slot_bytes > kSlotMinCapa
 // of `pipe_bytes`.
 inline size_t AreaBytes(size_t slot_bytes, size_t pipe_bytes) {
   const size_t slot = (sizeof(SlotHeader) + SlotCapacity(slot_bytes) + 63) / 64 * 64;
-  return kAreaCtlBytes + 2 * slot + pipe_bytes;
+  return kAreaCtlBytes + kAreaSlots * slot + pipe_bytes;
 }
 
 // A view of one rank's area (own or a peer's).
@@ -83,7 +89,7 @@ class AreaView {
   // What a slot can hold (at least kSlotMinCapacity).
   size_t slot_capacity() const { return SlotCapacity(slot_bytes_); }
   // 64-byte aligned.
-  uint8_t* pipe() const { return base_ + kAreaCtlBytes + 2 * SlotStride(); }
+  uint8_t* pipe() const { return base_ + kAreaCtlBytes + kAreaSlots * SlotStride(); }
   size_t pipe_bytes() const { return pipe_bytes_; }
   bool valid() const { return base_ != nullptr; }
 

@@ -25,11 +25,13 @@ struct LocalGroup {
   std::vector<int> pids;                // by local index
   bool cma = false;                     // process_vm_readv works between every pair
   uint64_t next_id = 1;                 // area operation counter, equal on every local rank
-  // The last area operation whose publication this rank saw from every local
-  // peer (AreaOp::WaitAll). A rank publishes operation k only after it
-  // finished reading the slots of operation k-1, so having seen k-1 from
-  // everyone proves slot (k+1) % 2 free without reading the peers' read_done.
-  uint64_t seen_from_all = 0;
+  // What this rank knows, without reading shared lines again, of how far
+  // every local peer has finished reading: every peer finished reading the
+  // slots of every operation up to `read_by_all`. Raised by AreaOp::WaitAll
+  // (a rank publishes operation k only after it finished reading the slots
+  // of k-1, so seeing k from everyone proves k-1 read) and by the read_done
+  // values AreaOp::Acquire had to read.
+  uint64_t read_by_all = 0;
   PeerBufferMaps peer_buffers;          // local peers' SharedBuffers mapped here
 
   int size() const { return static_cast<int>(ranks.size()); }

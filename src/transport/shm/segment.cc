@@ -108,12 +108,11 @@ Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int ra
   auto seg = std::unique_ptr<Segment>(new Segment(name, base, bytes, /*owner=*/true));
   const AreaView area = seg->area();
   auto* actl = new (area.ctl()) AreaCtl();
-  actl->read_done[0].store(0);
-  actl->read_done[1].store(0);
+  for (auto& done : actl->read_done) done.store(0);
   actl->progress.store(0);
   actl->finished.store(0);
   actl->consumed.store(0);
-  for (int b = 0; b < 2; ++b) new (area.slot(b)) SlotHeader{{0}, 0, 0, 0};
+  for (int b = 0; b < kAreaSlots; ++b) new (area.slot(b)) SlotHeader{{0}, 0, 0, 0};
   for (int s = 0; s < num_slots; ++s) {
     auto* ctl = new (seg->ring_ctl(s)) RingCtl();
     ctl->head.store(0);
