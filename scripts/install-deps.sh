@@ -8,7 +8,7 @@ packages=(
   # build
   cmake ninja-build g++ pkg-config git
   # libraries choir links against
-  libhwloc-dev nlohmann-json3-dev libcli11-dev libfmt-dev libssl-dev
+  libhwloc-dev nlohmann-json3-dev libcli11-dev libfmt-dev libssl-dev libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
   # PyTorch backend (Debian's torch 1.13 for /usr/bin/python3)
   python3 python3-torch libtorch-dev pybind11-dev python3-pybind11 python3-pytest python3-numpy

@@ -92,7 +92,7 @@ class Context {
   bool covers_whole_comm() const { return ranks_.empty(); }
   // Communicator ranks of this group in group order.
   std::vector<int> GroupRanks() const;
-  Status WaitLocal(const std::function<bool(int)>& owes, const std::function<std::string()>& what,
+  Status WaitLocal(absl::FunctionRef<bool(int)> owes, absl::FunctionRef<std::string()> what,
                    bool marks_data = false) {
     return endpoint_->WaitLocal(owes, *hooks_, what, marks_data);
   }

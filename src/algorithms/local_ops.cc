@@ -24,7 +24,7 @@ AreaOp::AreaOp(Context& c) : ctx_(&c), group_(c.local_group()) {
   slot_ = static_cast<int>(id_ % transport::kAreaSlots);
 }
 
-Status AreaOp::Wait(const std::function<bool(int)>& owes, const char* to_do, bool marks_data) {
+Status AreaOp::Wait(absl::FunctionRef<bool(int)> owes, const char* to_do, bool marks_data) {
   return ctx_->WaitLocal(owes, [&] {
     std::string who;
     for (int p = 0; p < size(); ++p) {
@@ -80,7 +80,9 @@ Status AreaOp::WaitFor(int p) {
   const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(slot_);
   CHOIR_RETURN_IF_ERROR(Wait([&](int q) { return q == p && h->id.load(std::memory_order_acquire) != id_; },
                              "to arrive (same-host slot)", /*marks_data=*/true));
-  return CheckSignature(p);
+  CHOIR_RETURN_IF_ERROR(CheckSignature(p));
+  ctx_->CountSharedRead(p, h->bytes);  // slot traffic is counted on the reading side
+  return Status::Ok();
 }
 
 Status AreaOp::WaitAll() {
@@ -88,17 +90,16 @@ Status AreaOp::WaitAll() {
                              "to arrive (same-host slots)", /*marks_data=*/true));
   group_->read_by_all = std::max(group_->read_by_all, id_ - 1);  // see Acquire
   for (int p = 0; p < size(); ++p) {
-    if (p != me()) CHOIR_RETURN_IF_ERROR(CheckSignature(p));
+    if (p == me()) continue;
+    CHOIR_RETURN_IF_ERROR(CheckSignature(p));
+    ctx_->CountSharedRead(p, bytes(p));
   }
   return Status::Ok();
 }
 
 void AreaOp::FinishReads() {
-  // Traffic through the shared slots is counted on the reading side.
-  for (int p = 0; p < size(); ++p) {
-    const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(slot_);
-    if (p != me() && h->id.load(std::memory_order_relaxed) == id_) ctx_->CountSharedRead(p, h->bytes);
-  }
+  // Touches no peer's line: a rank that read nobody's slot (a broadcast
+  // root, a reduce sender) must not pull in lines its peers keep writing.
   group_->mine().ctl()->read_done[slot_].store(id_, std::memory_order_release);
   group_->NotifyPeers();
 }

@@ -92,7 +92,7 @@ class AreaOp {
   // Waits until no local peer owes(p) anything; `to_do` ends the timeout
   // message ("rank 3, rank 5 <to_do>"). `marks_data`: peers' data arrives
   // (Endpoint::WaitLocal, the late-arrival metric).
-  Status Wait(const std::function<bool(int local_index)>& owes, const char* to_do, bool marks_data = false);
+  Status Wait(absl::FunctionRef<bool(int local_index)> owes, const char* to_do, bool marks_data = false);
   Status CheckSignature(int local_index) const;
 
   Context* ctx_;

@@ -283,8 +283,8 @@ bool RanksCompeteForCpus(const std::vector<std::vector<int>>& cpus_of_ranks, int
   return false;
 }
 
-Status Endpoint::WaitLocal(const std::function<bool(int)>& owes, const RunHooks& hooks,
-                           const std::function<std::string()>& waiting_for, bool marks_data) {
+Status Endpoint::WaitLocal(absl::FunctionRef<bool(int)> owes, const RunHooks& hooks,
+                           absl::FunctionRef<std::string()> waiting_for, bool marks_data) {
   const int n = local_ ? static_cast<int>(local_->ranks.size()) : 0;
   const int me = local_ ? local_->index : -1;
   auto ready = [&] {

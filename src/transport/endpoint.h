@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include <absl/functional/function_ref.h>
+
 #include "base/clock.h"
 #include "base/fd.h"
 #include "choir/status.h"
@@ -126,9 +128,11 @@ class Endpoint {
   // still owes is an error at once. `waiting_for` describes, for a timeout
   // message, what is still missing. With `marks_data`, a wait that lasted
   // beyond the first polls sets hooks.first_data_ns (the late-arrival metric;
-  // a wait that short counts as none, and costs no clock read).
-  Status WaitLocal(const std::function<bool(int)>& owes, const RunHooks& hooks,
-                   const std::function<std::string()>& waiting_for, bool marks_data = false);
+  // a wait that short counts as none, and costs no clock read). The
+  // callables are borrowed for the call (absl::FunctionRef: no allocation,
+  // whatever they capture: this is every small collective's path).
+  Status WaitLocal(absl::FunctionRef<bool(int)> owes, const RunHooks& hooks,
+                   absl::FunctionRef<std::string()> waiting_for, bool marks_data = false);
   // Replaces a PeerLost by the abort report of the rank that failed first, if one arrived.
   Status Explain(const Status& status);
   // Where per-peer traffic is counted (once per finished Xfer).
