@@ -41,28 +41,23 @@ void Copy(void* dst, const void* src, size_t bytes) {
   if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
 }
 
-// Where each rank's block lies in a send or receive buffer: computed on the
-// fly for the uniform collectives (the latency path allocates nothing), from
-// the counts for the V variants.
+// Where each rank's block lies in an allgather's output: computed on the fly
+// for the uniform collective (the latency path allocates nothing), from the
+// counts for allgatherv.
 class BlockLayout {
  public:
-  BlockLayout(const OpArgs& a, int n, bool send) {
-    if (a.kind == CollKind::kAllgatherV || a.kind == CollKind::kAlltoallV) {
-      table_ = patterns::BlocksFromCounts(send ? a.SendCounts(n) : a.RecvCounts(n));
-    }
+  BlockLayout(const OpArgs& a, int n) {
+    if (a.kind == CollKind::kAllgatherV) table_ = patterns::BlocksFromCounts(a.RecvCounts(n));
     uniform_ = a.count;
-    n_ = static_cast<size_t>(n);
   }
   patterns::Block operator[](int p) const {
     const size_t i = static_cast<size_t>(p);
     return table_.empty() ? patterns::Block{i * uniform_, uniform_} : table_[i];
   }
-  size_t total() const { return table_.empty() ? n_ * uniform_ : table_.back().offset + table_.back().count; }
 
  private:
   std::vector<patterns::Block> table_;
   size_t uniform_ = 0;
-  size_t n_ = 0;
 };
 
 }  // namespace
@@ -152,7 +147,7 @@ Status AllgatherFlat(Context& c, const OpArgs& a) {
   AreaOp op(c);
   const size_t es = c.elem_size();
   const int n = op.size();
-  const BlockLayout blocks(a, n, /*send=*/false);
+  const BlockLayout blocks(a, n);
   const patterns::Block own = blocks[c.rank()];
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   Copy(op.my_data(), a.send, own.count * es);
@@ -201,32 +196,20 @@ Status ScatterFlat(Context& c, const OpArgs& a) {
   return Status::Ok();
 }
 
+// Uniform alltoall only (alltoallv never goes flat: FlatUsable). Block p of
+// every slot is for rank p, at p * count, so a rank reads its block from each
+// slot directly; equal counts are part of the signature WaitAll checks.
 Status AlltoallFlat(Context& c, const OpArgs& a) {
   AreaOp op(c);
-  const size_t es = c.elem_size();
-  const int n = op.size();
-  const size_t table = static_cast<size_t>(n) * sizeof(uint64_t);
-  // Slot: a table of byte offsets of each destination's block, then the data.
-  const BlockLayout sblocks(a, n, /*send=*/true);
-  const size_t total = sblocks.total() * es;
+  const size_t block = a.count * c.elem_size();
+  const size_t n = static_cast<size_t>(op.size());
+  const size_t mine = static_cast<size_t>(c.rank()) * block;
   CHOIR_RETURN_IF_ERROR(op.Acquire());
-  auto* offsets = reinterpret_cast<uint64_t*>(op.my_data());
-  for (int p = 0; p < n; ++p) offsets[p] = sblocks[p].offset * es;
-  Copy(op.my_data() + table, a.send, total);
-  op.Publish(table + total);
+  Copy(op.my_data(), a.send, n * block);
+  op.Publish(n * block);
   CHOIR_RETURN_IF_ERROR(op.WaitAll());
-  const BlockLayout rblocks(a, n, /*send=*/false);
   auto* out = static_cast<uint8_t*>(a.recv);
-  for (int p = 0; p < n; ++p) {
-    uint64_t off = 0;
-    std::memcpy(&off, op.data(p) + static_cast<size_t>(c.rank()) * sizeof(uint64_t), sizeof(off));
-    const patterns::Block rb = rblocks[p];
-    if (table + off + rb.count * es > op.bytes(p)) {
-      return Status(Code::kCollectiveMismatch,
-                    "rank " + std::to_string(c.CommRank(p)) + " sends fewer elements than this rank's recv_counts expect");
-    }
-    Copy(out + rb.offset * es, op.data(p) + table + off, rb.count * es);
-  }
+  for (size_t p = 0; p < n; ++p) Copy(out + p * block, op.data(static_cast<int>(p)) + mine, block);
   op.FinishReads();
   return Status::Ok();
 }
