@@ -54,7 +54,6 @@ const std::vector<Algorithm>& AllAlgorithms() {
       {"shm_flat", CollKind::kAlltoall, AlltoallFlat, kFlatCost, FlatUsable, kFlatNeeds},
       {"cma", CollKind::kAlltoall, AlltoallCma, kCmaCost, CmaUsable, kCmaNeeds},
       {"pairwise", CollKind::kAlltoall, AlltoallPairwise, "n-1 steps, (n-1)/n*N bytes"},
-      {"shm_flat", CollKind::kAlltoallV, AlltoallFlat, kFlatCost, FlatUsable, kFlatNeeds},
       {"cma", CollKind::kAlltoallV, AlltoallCma, kCmaCost, CmaUsable, kCmaNeeds},
       {"pairwise", CollKind::kAlltoallV, AlltoallPairwise, "n-1 steps, sum of splits"},
       {"shm_flat", CollKind::kBarrier, BarrierFlat, "1 step, one cache line per peer", FlatUsable, kFlatNeeds},

@@ -291,11 +291,17 @@ TEST(CommSelectionTest, RememberedChoiceNeverLeaksIntoOtherCalls) {
       CHOIR_RETURN_IF_ERROR(expect(comm.Allgather(large.data(), out.data(), 16 << 10, DataType::kFloat32), "cma",
                                    "64 KiB-block allgather"));
       // Gather keeps the slots up to 16 KiB blocks, where they measured faster.
-      CHOIR_RETURN_IF_ERROR(expect(comm.Gather(large.data(), out.data(), 4 << 10, DataType::kFloat32, 0),
-                                   "shm_flat", "16 KiB-block gather"));
-      CHOIR_RETURN_IF_ERROR(expect(comm.Gather(large.data(), out.data(), 8 << 10, DataType::kFloat32, 0), "cma",
-                                   "32 KiB-block gather"));
-      if (comm.rank() == 0 && out[(8 << 10) + 5] != 1.0f) return Status(Code::kInternal, "gather value");
+      for (const auto& [count, algorithm] : {std::pair<size_t, const char*>{4 << 10, "shm_flat"}, {8 << 10, "cma"}}) {
+        std::vector<float> mine(count), all(2 * count, -1.0f);
+        for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(comm.rank() * 100000 + i);
+        CHOIR_RETURN_IF_ERROR(expect(comm.Gather(mine.data(), all.data(), count, DataType::kFloat32, 0), algorithm,
+                                     "gather"));
+        for (size_t i = 0; comm.rank() == 0 && i < all.size(); ++i) {
+          if (all[i] != static_cast<float>((i / count) * 100000 + i % count)) {
+            return Status(Code::kInternal, "gather of " + std::to_string(count) + " at " + std::to_string(i));
+          }
+        }
+      }
     }
     return Status::Ok();
   }, Opts("shm"));
@@ -669,20 +675,22 @@ TEST(CommTest, AsyncOperationsCompleteInOrder) {
 // The ranks that do not wait for their peers (a broadcast or scatter root,
 // the senders of a reduce or gather) run up to kAreaSlots operations ahead
 // through the shared slots. In each phase one collective runs 30 times in a
-// row with one root, and the waiting side sleeps now and then, so the others
-// fill every slot and must wait for one to come free; every value must still
-// be its own operation's.
+// row with one root, and one waiting rank sleeps now and then, so the others
+// fill every slot and must wait for one to come free; a fifth kind of phase
+// runs a flat allreduce and then nine broadcasts at once (the root reuses
+// slots on what the allreduce told it, without reading read_done). Every
+// value must still be its own operation's.
 TEST(CommSlotTest, RanksRunningAheadNeverOverwriteUnreadSlots) {
   for (int n : {2, 3}) {
     auto results = RunRanks(n, [n](Communicator& comm) -> Status {
       const int me = comm.rank();
-      for (int phase = 0; phase < 4 * n * 2; ++phase) {
-        const int root = (phase / 4) % n;
-        const int kind = phase % 4;  // broadcast, scatter (root runs ahead), reduce, gather (senders do)
-        const bool waits = kind < 2 ? me != root : me == root;
+      for (int phase = 0; phase < 5 * n * 2; ++phase) {
+        const int root = (phase / 5) % n;
+        const int kind = phase % 5;  // broadcast, scatter (root runs ahead), reduce, gather (senders do), mixed
+        const bool sleeper = kind == 2 || kind == 3 ? me == root : me == (root + 1) % n;
         for (int64_t round = 0; round < 30; ++round) {
           const std::string where = "phase " + std::to_string(phase) + " round " + std::to_string(round);
-          if (waits && round % 10 == 3) std::this_thread::sleep_for(2ms);
+          if (sleeper && round % 10 == 3) std::this_thread::sleep_for(2ms);
           const int64_t tag = phase * 1000 + round;
           if (kind == 0) {
             int64_t b[3] = {tag, root, -tag};
@@ -701,7 +709,7 @@ TEST(CommSlotTest, RanksRunningAheadNeverOverwriteUnreadSlots) {
             if (me == root && (r[0] != n * (n - 1) / 2 + n * tag || r[1] != n)) {
               return Status(Code::kInternal, "reduce " + where);
             }
-          } else {
+          } else if (kind == 3) {
             std::vector<int64_t> all(static_cast<size_t>(n), -1);
             const int64_t v = me * 100000 + tag;
             CHOIR_RETURN_IF_ERROR(comm.Gather(&v, all.data(), 1, DataType::kInt64, root).Wait());
@@ -709,6 +717,16 @@ TEST(CommSlotTest, RanksRunningAheadNeverOverwriteUnreadSlots) {
               if (all[static_cast<size_t>(p)] != p * 100000 + tag) {
                 return Status(Code::kInternal, "gather " + where + " from rank " + std::to_string(p));
               }
+            }
+          } else {
+            std::vector<int32_t> x(2048, static_cast<int32_t>(me + tag)), sum(2048, 0);
+            CHOIR_RETURN_IF_ERROR(comm.Allreduce(x.data(), sum.data(), x.size(), DataType::kInt32, ReduceOp::kSum).Wait());
+            const int32_t want = static_cast<int32_t>(n * (n - 1) / 2 + n * tag);
+            if (sum.front() != want || sum.back() != want) return Status(Code::kInternal, "allreduce " + where);
+            for (int64_t k = 0; k < 9; ++k) {
+              int64_t b = me == root ? tag * 16 + k : -1;
+              CHOIR_RETURN_IF_ERROR(comm.Broadcast(&b, &b, 1, DataType::kInt64, root).Wait());
+              if (b != tag * 16 + k) return Status(Code::kInternal, "broadcast after allreduce " + where);
             }
           }
         }
