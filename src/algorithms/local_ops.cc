@@ -76,23 +76,23 @@ Status AreaOp::CheckSignature(int p) const {
   return Status::Ok();
 }
 
-Status AreaOp::WaitFor(int p) {
+Status AreaOp::WaitFor(int p, uint64_t reads) {
   const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(slot_);
   CHOIR_RETURN_IF_ERROR(Wait([&](int q) { return q == p && h->id.load(std::memory_order_acquire) != id_; },
                              "to arrive (same-host slot)", /*marks_data=*/true));
   CHOIR_RETURN_IF_ERROR(CheckSignature(p));
-  ctx_->CountSharedRead(p, h->bytes);  // slot traffic is counted on the reading side
+  ctx_->CountSharedRead(p, std::min<uint64_t>(reads, h->bytes));
   return Status::Ok();
 }
 
-Status AreaOp::WaitAll() {
+Status AreaOp::WaitAll(uint64_t reads) {
   CHOIR_RETURN_IF_ERROR(Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].slot(slot_)->id.load(std::memory_order_acquire) != id_; },
                              "to arrive (same-host slots)", /*marks_data=*/true));
   group_->read_by_all = std::max(group_->read_by_all, id_ - 1);  // see Acquire
   for (int p = 0; p < size(); ++p) {
     if (p == me()) continue;
     CHOIR_RETURN_IF_ERROR(CheckSignature(p));
-    ctx_->CountSharedRead(p, bytes(p));
+    ctx_->CountSharedRead(p, std::min<uint64_t>(reads, bytes(p)));
   }
   return Status::Ok();
 }

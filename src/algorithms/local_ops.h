@@ -49,8 +49,11 @@ class AreaOp {
   size_t slot_bytes() const { return group_->mine().slot_bytes(); }
   size_t slot_capacity() const { return group_->mine().slot_capacity(); }
   void Publish(uint64_t bytes);
-  Status WaitFor(int local_index);
-  Status WaitAll();
+  // Both count the slot traffic on this (reading) side: the whole payload, or
+  // `reads` bytes of each slot when the rank reads only its block of it.
+  static constexpr uint64_t kWholeSlot = UINT64_MAX;
+  Status WaitFor(int local_index, uint64_t reads = kWholeSlot);
+  Status WaitAll(uint64_t reads = kWholeSlot);
   const uint8_t* data(int local_index) const {
     return group_->areas[static_cast<size_t>(local_index)].data(slot_);
   }

@@ -118,7 +118,7 @@ Status ReduceScatterFlat(Context& c, const OpArgs& a) {
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   Copy(op.my_data(), a.send, block * static_cast<size_t>(op.size()));
   op.Publish(block * static_cast<size_t>(op.size()));
-  CHOIR_RETURN_IF_ERROR(op.WaitAll());
+  CHOIR_RETURN_IF_ERROR(op.WaitAll(/*reads=*/block));
   const auto srcs = AllSlots(op, static_cast<size_t>(c.rank()) * block);
   if (a.count > 0) kernels::ReduceMany(a.recv, srcs.data(), op.size(), a.count, c.dtype(), c.op());
   FinishAverage(c, a.recv, a.count);
@@ -189,7 +189,7 @@ Status ScatterFlat(Context& c, const OpArgs& a) {
   if (root) {
     Copy(a.recv, static_cast<const uint8_t*>(a.send) + static_cast<size_t>(a.root) * block, block);
   } else {
-    CHOIR_RETURN_IF_ERROR(op.WaitFor(a.root));
+    CHOIR_RETURN_IF_ERROR(op.WaitFor(a.root, /*reads=*/block));
     Copy(a.recv, op.data(a.root) + static_cast<size_t>(c.rank()) * block, block);
   }
   op.FinishReads();
@@ -207,7 +207,7 @@ Status AlltoallFlat(Context& c, const OpArgs& a) {
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   Copy(op.my_data(), a.send, n * block);
   op.Publish(n * block);
-  CHOIR_RETURN_IF_ERROR(op.WaitAll());
+  CHOIR_RETURN_IF_ERROR(op.WaitAll(/*reads=*/block));
   auto* out = static_cast<uint8_t*>(a.recv);
   for (size_t p = 0; p < n; ++p) Copy(out + p * block, op.data(static_cast<int>(p)) + mine, block);
   op.FinishReads();

@@ -61,6 +61,29 @@ TEST(MetricsTest, SharedMemoryReadsAreCountedOnTheReadingSide) {
   EXPECT_TRUE(Has(rendered, "choir_transport_bytes_received_total{" + labels + ",transport=\"shm\"} 4000")) << rendered;
 }
 
+// Where a rank reads only its own block of a peer's slot (alltoall,
+// reduce_scatter, a scatter's receivers), only that block is counted.
+TEST(MetricsTest, SlotReadsCountOnlyTheBlockRead) {
+  std::string rendered;
+  CommOptions o;
+  o.job_id = "metrics-blocks";
+  o.name = testing::UniqueName("metrics");
+  o.transport = "shm";
+  auto results = testing::RunRanks(2, [&](Communicator& comm) -> Status {
+    std::vector<float> in(500, 1.0f), out(500, 0.0f);
+    CHOIR_RETURN_IF_ERROR(comm.Alltoall(in.data(), out.data(), 250, DataType::kFloat32).Wait());
+    CHOIR_RETURN_IF_ERROR(comm.ReduceScatter(in.data(), out.data(), 250, DataType::kFloat32, ReduceOp::kSum).Wait());
+    CHOIR_RETURN_IF_ERROR(comm.Scatter(in.data(), out.data(), 250, DataType::kFloat32, /*root=*/1).Wait());
+    CHOIR_RETURN_IF_ERROR(comm.Barrier().Wait());
+    if (comm.rank() == 0) rendered = RenderMetrics();
+    return comm.Barrier().Wait();
+  }, o);
+  for (const auto& r : results) ASSERT_TRUE(r.create.ok() && r.run.ok());
+  const std::string labels = "job=\"metrics-blocks\",comm=\"" + o.name + "#0\",rank=\"0\",size=\"2\"";
+  // 1000 bytes (one block of 250 floats) from rank 1 in each of the three.
+  EXPECT_TRUE(Has(rendered, "choir_peer_bytes_received_total{" + labels + ",peer=\"1\"} 3000")) << rendered;
+}
+
 TEST(MetricsTest, SizeClasses) {
   EXPECT_EQ(diag::SizeClassOf(0), 0);
   EXPECT_EQ(diag::SizeClassOf(4096), 0);
