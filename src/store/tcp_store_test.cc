@@ -17,6 +17,7 @@
 #include "choir/version.h"
 #include "store/store_test_util.h"
 #include "store/tcp_store_wire.h"
+#include "testing/ports.h"
 
 namespace choir {
 namespace {
@@ -199,11 +200,8 @@ TEST(TcpStoreTest, PortAlreadyInUseIsAddressInUse) {
 
 TEST(TcpStoreTest, NothingListeningIsStoreUnreachableNamingTheAddress) {
   int port = 0;
-  {
-    auto fd = net::Listen("127.0.0.1", 0);
-    ASSERT_TRUE(fd.ok());
-    port = net::LocalPort(fd->get());
-  }
+  const Fd held = testing::RefusingPort(&port);
+  ASSERT_GT(port, 0);
   Stopwatch watch;
   auto store = Connect(port, "job", milliseconds(200));
   EXPECT_LT(watch.Elapsed(), milliseconds(1500));
