@@ -36,18 +36,17 @@ void Work::State::Complete(Status s, const CompletionInfo& i) {
 bool Work::State::Block(std::chrono::nanoseconds timeout, bool forever) {
   if (is_done()) return true;
   if (!forever && timeout.count() <= 0) return false;
-  const bool limited = !forever;
-  const int64_t until = limited ? NowNanos() + timeout.count() : 0;
+  const int64_t until = forever ? 0 : NowNanos() + timeout.count();
   sleepers.fetch_add(1, std::memory_order_seq_cst);
   // Sequentially consistent like Complete's store: one side sees the other.
   while (done.load(std::memory_order_seq_cst) == 0) {
     timespec ts{};
-    if (limited) {
+    if (!forever) {
       const int64_t left = until - NowNanos();
       if (left <= 0) break;
       ts = {static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
     }
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done), FUTEX_WAIT_PRIVATE, 0, limited ? &ts : nullptr, nullptr, 0);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done), FUTEX_WAIT_PRIVATE, 0, forever ? nullptr : &ts, nullptr, 0);
   }
   sleepers.fetch_sub(1, std::memory_order_relaxed);
   return is_done();

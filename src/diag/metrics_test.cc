@@ -41,21 +41,36 @@ TEST(MetricsTest, CountsOperationsBytesAlgorithmsAndPeers) {
   EXPECT_TRUE(Has(rendered, "choir_transport_bytes_sent_total{" + labels + ",transport=\"tcp\"} 12000")) << rendered;
 }
 
-TEST(MetricsTest, SharedMemoryReadsAreCountedOnTheReadingSide) {
+// Runs `ops` on 2 ranks over shared memory: rank 0's metrics document, the
+// labels of its communicator, and whether every rank ran cleanly.
+struct ShmRun {
   std::string rendered;
+  std::string labels;
+  bool ok = true;
+};
+ShmRun RenderAfterShm(const std::string& job, const std::function<Status(Communicator&)>& ops) {
+  std::string rendered;
+  bool ok = true;
   CommOptions o;
-  o.job_id = "metrics-shm";
+  o.job_id = job;
   o.name = testing::UniqueName("metrics");
   o.transport = "shm";
   auto results = testing::RunRanks(2, [&](Communicator& comm) -> Status {
-    std::vector<float> v(1000, 1.0f);
-    CHOIR_RETURN_IF_ERROR(comm.Allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).Wait());
+    CHOIR_RETURN_IF_ERROR(ops(comm));
     CHOIR_RETURN_IF_ERROR(comm.Barrier().Wait());
     if (comm.rank() == 0) rendered = RenderMetrics();
     return comm.Barrier().Wait();
   }, o);
-  for (const auto& r : results) ASSERT_TRUE(r.create.ok() && r.run.ok());
-  const std::string labels = "job=\"metrics-shm\",comm=\"" + o.name + "#0\",rank=\"0\",size=\"2\"";
+  for (const auto& r : results) ok = ok && r.create.ok() && r.run.ok();
+  return {rendered, "job=\"" + job + "\",comm=\"" + o.name + "#0\",rank=\"0\",size=\"2\"", ok};
+}
+
+TEST(MetricsTest, SharedMemoryReadsAreCountedOnTheReadingSide) {
+  const auto [rendered, labels, ok] = RenderAfterShm("metrics-shm", [](Communicator& comm) {
+    std::vector<float> v(1000, 1.0f);
+    return comm.Allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).Wait();
+  });
+  ASSERT_TRUE(ok);
   EXPECT_TRUE(Has(rendered, "choir_algorithm_selections_total{" + labels + ",op=\"allreduce\",algorithm=\"shm_flat\"} 1")) << rendered;
   EXPECT_TRUE(Has(rendered, "choir_peer_bytes_received_total{" + labels + ",peer=\"1\"} 4000")) << rendered;
   EXPECT_TRUE(Has(rendered, "choir_transport_bytes_received_total{" + labels + ",transport=\"shm\"} 4000")) << rendered;
@@ -64,22 +79,13 @@ TEST(MetricsTest, SharedMemoryReadsAreCountedOnTheReadingSide) {
 // Where a rank reads only its own block of a peer's slot (alltoall,
 // reduce_scatter, a scatter's receivers), only that block is counted.
 TEST(MetricsTest, SlotReadsCountOnlyTheBlockRead) {
-  std::string rendered;
-  CommOptions o;
-  o.job_id = "metrics-blocks";
-  o.name = testing::UniqueName("metrics");
-  o.transport = "shm";
-  auto results = testing::RunRanks(2, [&](Communicator& comm) -> Status {
+  const auto [rendered, labels, ok] = RenderAfterShm("metrics-blocks", [](Communicator& comm) -> Status {
     std::vector<float> in(500, 1.0f), out(500, 0.0f);
     CHOIR_RETURN_IF_ERROR(comm.Alltoall(in.data(), out.data(), 250, DataType::kFloat32).Wait());
     CHOIR_RETURN_IF_ERROR(comm.ReduceScatter(in.data(), out.data(), 250, DataType::kFloat32, ReduceOp::kSum).Wait());
-    CHOIR_RETURN_IF_ERROR(comm.Scatter(in.data(), out.data(), 250, DataType::kFloat32, /*root=*/1).Wait());
-    CHOIR_RETURN_IF_ERROR(comm.Barrier().Wait());
-    if (comm.rank() == 0) rendered = RenderMetrics();
-    return comm.Barrier().Wait();
-  }, o);
-  for (const auto& r : results) ASSERT_TRUE(r.create.ok() && r.run.ok());
-  const std::string labels = "job=\"metrics-blocks\",comm=\"" + o.name + "#0\",rank=\"0\",size=\"2\"";
+    return comm.Scatter(in.data(), out.data(), 250, DataType::kFloat32, /*root=*/1).Wait();
+  });
+  ASSERT_TRUE(ok);
   // 1000 bytes (one block of 250 floats) from rank 1 in each of the three.
   EXPECT_TRUE(Has(rendered, "choir_peer_bytes_received_total{" + labels + ",peer=\"1\"} 3000")) << rendered;
 }

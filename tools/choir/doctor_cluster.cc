@@ -179,8 +179,8 @@ Result<double> PingPong(Communicator& comm, int a, int b, std::vector<char>& buf
 }
 
 // Measures every pair (a < b) whose `which` entry is true, in a fixed order
-// on every rank, into latency and bandwidth (entry a*n+b, set on rank a
-// only; the caller sums or maximizes over ranks).
+// on every rank, into latency and bandwidth (entry a*n+b, 0 for the pairs
+// not measured), the same on every rank afterwards.
 Status MeasurePairs(Communicator& comm, const ClusterOptions& options, const std::vector<std::string>& hosts,
                     const std::vector<bool>& which, int tag, std::vector<double>& latency,
                     std::vector<double>& bandwidth) {
@@ -201,7 +201,11 @@ Status MeasurePairs(Communicator& comm, const ClusterOptions& options, const std
       }
     }
   }
-  return Status::Ok();
+  // Each entry was set on one rank only: the sums are exact.
+  CHOIR_RETURN_IF_ERROR(comm.Allreduce(latency.data(), latency.data(), latency.size(), DataType::kFloat64,
+                                       ReduceOp::kSum).Wait());
+  return comm.Allreduce(bandwidth.data(), bandwidth.data(), bandwidth.size(), DataType::kFloat64, ReduceOp::kSum)
+      .Wait();
 }
 
 }  // namespace
@@ -263,8 +267,6 @@ int RunDoctorCluster(const ClusterOptions& options) {
   std::vector<double> latency(cells, 0), bandwidth(cells, 0);
   std::vector<bool> pairs(cells, true);
   s = MeasurePairs(comm, options, hosts, pairs, 1000, latency, bandwidth);
-  if (s.ok()) s = comm.Allreduce(latency.data(), latency.data(), cells, DataType::kFloat64, ReduceOp::kSum).Wait();
-  if (s.ok()) s = comm.Allreduce(bandwidth.data(), bandwidth.data(), cells, DataType::kFloat64, ReduceOp::kSum).Wait();
   if (!s.ok()) return ReportError(s.WithContext("measuring the links"));
   auto median_of = [&] {
     std::vector<double> v;
@@ -283,11 +285,9 @@ int RunDoctorCluster(const ClusterOptions& options) {
       again = again || pairs[at];
     }
   }
-  if (again) {  // the same decision on every rank: the matrix was summed everywhere
+  if (again) {  // the same decision on every rank: every rank holds the same matrix
     std::vector<double> latency2(cells, 0), bandwidth2(cells, 0);
     s = MeasurePairs(comm, options, hosts, pairs, 1000 + 2 * n * n, latency2, bandwidth2);
-    if (s.ok()) s = comm.Allreduce(latency2.data(), latency2.data(), cells, DataType::kFloat64, ReduceOp::kSum).Wait();
-    if (s.ok()) s = comm.Allreduce(bandwidth2.data(), bandwidth2.data(), cells, DataType::kFloat64, ReduceOp::kSum).Wait();
     if (!s.ok()) return ReportError(s.WithContext("measuring the slow links again"));
     for (size_t at = 0; at < cells; ++at) {
       if (!pairs[at] || bandwidth2[at] <= bandwidth[at]) continue;

@@ -65,11 +65,13 @@ inline constexpr uint64_t kProgressMask = (uint64_t{1} << kProgressShift) - 1;
 inline constexpr size_t kSlotMinCapacity = 4096;
 inline size_t SlotCapacity(size_t slot_bytes) { return slot_bytes > kSlotMinCapacity ? slot_bytes : kSlotMinCapacity; }
 
+// Distance between two slots: header and payload, 64-byte aligned.
+inline size_t SlotStride(size_t slot_bytes) { return (sizeof(SlotHeader) + SlotCapacity(slot_bytes) + 63) / 64 * 64; }
+
 // Bytes of one rank's area for `slot_bytes` of payload per slot and a pipe
 // of `pipe_bytes`.
 inline size_t AreaBytes(size_t slot_bytes, size_t pipe_bytes) {
-  const size_t slot = (sizeof(SlotHeader) + SlotCapacity(slot_bytes) + 63) / 64 * 64;
-  return kAreaCtlBytes + kAreaSlots * slot + pipe_bytes;
+  return kAreaCtlBytes + kAreaSlots * SlotStride(slot_bytes) + pipe_bytes;
 }
 
 // A view of one rank's area (own or a peer's).
@@ -94,7 +96,7 @@ class AreaView {
   bool valid() const { return base_ != nullptr; }
 
  private:
-  size_t SlotStride() const { return (sizeof(SlotHeader) + slot_capacity() + 63) / 64 * 64; }
+  size_t SlotStride() const { return transport::SlotStride(slot_bytes_); }
   uint8_t* base_ = nullptr;
   size_t slot_bytes_ = 0;
   size_t pipe_bytes_ = 0;
