@@ -85,7 +85,8 @@ class CommImpl {
   Status Validate(const algorithms::OpArgs& args) const;
   // Runs one operation to completion on the current thread.
   void Execute(algorithms::OpArgs& args, const CallOptions& options, Work::State& state);
-  // `start`: when Execute began (NowNanos), for the elapsed time in errors.
+  // `start`: when Execute began (CoarseNowNanos, never ahead of NowNanos),
+  // for the elapsed time in errors.
   Status RunCollective(algorithms::OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
                        Deadline deadline, bool* shared_buffers, int* algo_index, int64_t* first_data_ns);
   // SelectAlgorithm, remembering the last choice for equal calls.

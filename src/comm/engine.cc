@@ -18,51 +18,54 @@ Engine::~Engine() {
       if (queue_.empty()) break;
       task = std::move(queue_.front());
       queue_.pop_front();
+      queued_.store(queue_.size(), std::memory_order_seq_cst);
     }
     task();
   }
 }
 
 void Engine::Submit(Task task, bool may_run_inline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (may_run_inline && !busy_ && queue_.empty()) {
-    RunAsTheBusyOne(lock, task);
-    return;
-  }
+  if (may_run_inline && TryRunInline(task)) return;
+  std::lock_guard<std::mutex> lock(mu_);
   queue_.push_back(std::move(task));
+  queued_.store(queue_.size(), std::memory_order_seq_cst);
   if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
   cv_.notify_all();
 }
 
 bool Engine::TryRunExclusive(const Task& task) { return TryRunInline(task); }
 
+bool Engine::RunOldest(std::unique_lock<std::mutex>& lock) {
+  if (queue_.empty() || !Claim()) return false;
+  Task task = std::move(queue_.front());
+  queue_.pop_front();
+  queued_.store(queue_.size(), std::memory_order_seq_cst);
+  lock.unlock();
+  task();
+  Release();
+  lock.lock();
+  return true;
+}
+
 void Engine::Help(const std::function<bool()>& done) {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!done() && !busy_ && !queue_.empty()) {
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
-    RunAsTheBusyOne(lock, task);
+  while (!done() && RunOldest(lock)) {
   }
 }
 
 void Engine::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
-  ++draining_;
-  cv_.wait(lock, [&] { return !busy_ && queue_.empty(); });
-  --draining_;
+  draining_.fetch_add(1, std::memory_order_seq_cst);
+  cv_.wait(lock, [&] { return !busy_.load(std::memory_order_seq_cst) && queue_.empty(); });
+  draining_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void Engine::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || (!busy_ && !queue_.empty()); });
-    if (queue_.empty() || busy_) {
-      if (stop_) return;
-      continue;
-    }
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
-    RunAsTheBusyOne(lock, task);
+    cv_.wait(lock, [&] { return stop_ || (!busy_.load(std::memory_order_seq_cst) && !queue_.empty()); });
+    if (RunOldest(lock)) continue;
+    if (stop_) return;  // queue empty, or an inline operation runs: the destructor runs the rest
   }
 }
 

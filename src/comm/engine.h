@@ -13,6 +13,7 @@
 #ifndef CHOIR_COMM_ENGINE_H_
 #define CHOIR_COMM_ENGINE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -39,9 +40,14 @@ class Engine {
   // the small-message path).
   template <typename F>
   bool TryRunInline(F&& f) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (busy_ || !queue_.empty()) return false;
-    RunAsTheBusyOne(lock, f);
+    // Without the mutex: one compare-and-swap to claim the engine and one
+    // store to release it (the mutex cost four locked instructions per
+    // small collective). A task queued between the check and the claim waits
+    // for this one; only tasks from different threads can race like that,
+    // and their order was never defined.
+    if (queued_.load(std::memory_order_seq_cst) != 0 || !Claim()) return false;
+    f();
+    Release();
     return true;
   }
   // Runs queued tasks on this thread, oldest first, while `done()` is false
@@ -53,29 +59,37 @@ class Engine {
 
  private:
   void Loop();
-  // Runs f() as the one operation in progress: marks the engine busy, drops
-  // `lock` (held on mu_) around f, then wakes whoever waits for the engine.
-  //
-  // Wakes the waiters only when one of them can act: the progress thread
-  // when something is queued, Drain() callers. Waking the idle progress
-  // thread after every inline operation would cost a system call and, with
-  // ranks on every core, a preempted rank (tens of microseconds).
-  template <typename F>
-  void RunAsTheBusyOne(std::unique_lock<std::mutex>& lock, F& f) {
-    busy_ = true;
-    lock.unlock();
-    f();
-    lock.lock();
-    busy_ = false;
-    if (!queue_.empty() || draining_ > 0) cv_.notify_all();
+  bool Claim() {
+    bool idle = false;
+    return busy_.compare_exchange_strong(idle, true, std::memory_order_seq_cst);
   }
+  // Marks the engine idle, then wakes whoever waits for it, but only when
+  // one of them can act: the progress thread when something is queued,
+  // Drain() callers. Waking the idle progress thread after every inline
+  // operation would cost a system call and, with ranks on every core, a
+  // preempted rank (tens of microseconds). The store and the loads are
+  // sequentially consistent, like Submit's increment of queued_ and Drain's
+  // of draining_, so a waiter that found the engine busy is always woken:
+  // it checked busy_ under mu_, which this takes before notifying.
+  void Release() {
+    busy_.store(false, std::memory_order_seq_cst);
+    if (queued_.load(std::memory_order_seq_cst) != 0 || draining_.load(std::memory_order_seq_cst) != 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
+    }
+  }
+  // Runs the oldest queued task as the one operation in progress if it can
+  // claim the engine (`lock` held on mu_, dropped around the task); false
+  // when an inline operation holds it.
+  bool RunOldest(std::unique_lock<std::mutex>& lock);
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> queue_;
-  bool busy_ = false;
-  bool stop_ = false;
-  int draining_ = 0;  // threads in Drain()
+  std::deque<Task> queue_;            // guarded by mu_
+  std::atomic<size_t> queued_{0};     // queue_.size(), readable without mu_
+  std::atomic<bool> busy_{false};     // an operation is running
+  bool stop_ = false;                 // guarded by mu_
+  std::atomic<int> draining_{0};      // threads in Drain()
   std::thread thread_;
 };
 

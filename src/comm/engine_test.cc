@@ -59,6 +59,81 @@ TEST(EngineTest, HelpDoesNotRunBesideARunningTask) {
   EXPECT_TRUE(second_ran);
 }
 
+// Inline runs (no mutex) and queued tasks from several threads: every task
+// runs exactly once, never beside another, and a task queued while an inline
+// one runs is started by the progress thread as soon as the inline one ends
+// (Drain returning proves no wake-up was lost).
+TEST(EngineTest, InlineAndQueuedTasksFromManyThreadsNeverOverlap) {
+  for (int round = 0; round < 20; ++round) {
+    Engine e;
+    std::atomic<int> running{0};
+    std::atomic<bool> overlap{false};
+    std::atomic<int> ran{0};
+    std::atomic<int> inline_ran{0};
+    auto task = [&] {
+      if (running.fetch_add(1) != 0) overlap = true;
+      std::this_thread::yield();  // widen the window for an overlap
+      running.fetch_sub(1);
+      ran.fetch_add(1);
+    };
+    constexpr int kThreads = 4, kPerThread = 500;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        // First only inline attempts (threads contend for the claim), then
+        // a mix with queued tasks, after which inline runs are rare (an
+        // inline run must not overtake what is queued).
+        for (int i = 0; i < kPerThread; ++i) {
+          if (i >= kPerThread / 2 && (i + t) % 3 == 0) {
+            e.Submit(task, false);
+          } else if (e.TryRunInline(task)) {
+            inline_ran.fetch_add(1);
+          } else {
+            e.Submit(task, true);
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    // Bounded: a lost wake-up would leave queued tasks behind (the
+    // destructor still runs them, so a failure here does not hang).
+    for (int i = 0; i < 10000 && ran.load() < kThreads * kPerThread; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(ran.load(), kThreads * kPerThread) << "queued tasks were not started";
+    e.Drain();
+    EXPECT_FALSE(overlap);
+    EXPECT_EQ(ran.load(), kThreads * kPerThread);
+    EXPECT_GT(inline_ran.load(), 0);
+  }
+}
+
+// A task queued while an inline operation runs waits for it, and starts
+// without anyone prodding the engine once the inline operation returns.
+TEST(EngineTest, TaskQueuedDuringAnInlineRunStartsWhenItEnds) {
+  Engine e;
+  std::atomic<bool> release{false};
+  std::atomic<bool> inline_started{false};
+  std::atomic<bool> queued_ran{false};
+  std::thread runner([&] {
+    EXPECT_TRUE(e.TryRunInline([&] {
+      inline_started = true;
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }));
+  });
+  while (!inline_started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_FALSE(e.TryRunInline([] {}));  // busy
+  e.Submit([&] { queued_ran = true; }, true);  // may not run inline: busy, so queued
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(queued_ran);
+  release = true;
+  runner.join();
+  for (int i = 0; i < 5000 && !queued_ran; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(queued_ran) << "the progress thread was not woken";
+  e.Drain();
+  EXPECT_TRUE(e.TryRunInline([] {}));  // idle again
+}
+
 TEST(EngineTest, HelpReturnsAtOnceWhenDone) {
   Engine e;
   bool ran = false;

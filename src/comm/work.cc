@@ -13,23 +13,29 @@
 namespace choir {
 
 void Work::State::Complete(Status s, const CompletionInfo& i) {
-  std::unique_lock<std::mutex> lock(mu);
   status = std::move(s);
   info = i;
+  result_set.store(1, std::memory_order_release);
+  // Callbacks registered before completion run before waiters are released.
+  if (has_callbacks.load(std::memory_order_seq_cst) != 0) RunCallbacks();
+  // Store, then look for sleepers; a sleeper registers, then re-checks
+  // `done` (both sequentially consistent), so one of the two sees the other.
+  // The same pairing with Then(): it raises has_callbacks, then reads done.
+  done.store(1, std::memory_order_seq_cst);
+  if (has_callbacks.load(std::memory_order_seq_cst) != 0) RunCallbacks();  // one that raced with done
+  if (sleepers.load(std::memory_order_seq_cst) != 0) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+  }
+}
+
+void Work::State::RunCallbacks() {
+  std::unique_lock<std::mutex> lock(mu);
   while (!callbacks.empty()) {
     std::vector<std::function<void(const Status&)>> run;
     run.swap(callbacks);
-    const Status final_status = status;
     lock.unlock();
-    for (auto& callback : run) callback(final_status);
+    for (auto& callback : run) callback(status);
     lock.lock();
-  }
-  // Store, then look for sleepers; a sleeper registers, then re-checks
-  // `done` (both sequentially consistent), so one of the two sees the other.
-  done.store(1, std::memory_order_seq_cst);
-  lock.unlock();
-  if (sleepers.load(std::memory_order_seq_cst) != 0) {
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
   }
 }
 
@@ -75,14 +81,12 @@ Status Work::WaitFor(std::chrono::milliseconds timeout) const {
 bool Work::Done() const { return !state_ || state_->is_done(); }
 
 Status Work::status() const {
-  if (!state_) return Status::Ok();
-  std::lock_guard<std::mutex> lock(state_->mu);
+  if (!state_ || state_->result_set.load(std::memory_order_acquire) == 0) return Status::Ok();
   return state_->status;
 }
 
 WorkInfo Work::info() const {
-  if (!state_) return WorkInfo{};
-  std::lock_guard<std::mutex> lock(state_->mu);
+  if (!state_ || state_->result_set.load(std::memory_order_acquire) == 0) return WorkInfo{};
   const CompletionInfo& i = state_->info;
   WorkInfo out;
   if (i.algorithm != nullptr) out.algorithm = std::string(i.algorithm) + (i.shared_buffers ? "+shared" : "");
@@ -99,7 +103,8 @@ void Work::Then(std::function<void(const Status&)> callback) const {
   }
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    if (!state_->is_done()) {
+    state_->has_callbacks.store(1, std::memory_order_seq_cst);
+    if (state_->done.load(std::memory_order_seq_cst) == 0) {
       state_->callbacks.push_back(std::move(callback));
       return;
     }

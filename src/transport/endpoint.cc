@@ -306,7 +306,7 @@ Status Endpoint::WaitLocal(absl::FunctionRef<bool(int)> owes, const RunHooks& ho
   SegmentHeader* h = own_segment_ ? own_segment_->header() : nullptr;
   auto arrived = [&] {
     if (start != 0 && marks_data && hooks.first_data_ns != nullptr && *hooks.first_data_ns == 0) {
-      *hooks.first_data_ns = NowNanos();
+      *hooks.first_data_ns = OpNanos();
     }
     return Status::Ok();
   };
@@ -408,7 +408,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
       if (*r) {
         progressed = true;
         if (x.dir == Xfer::Dir::kRecv && hooks.first_data_ns != nullptr && *hooks.first_data_ns == 0) {
-          *hooks.first_data_ns = NowNanos();
+          *hooks.first_data_ns = OpNanos();
         }
         if (x.complete && metrics_ != nullptr && x.peer >= 0) {
           const bool send = x.dir == Xfer::Dir::kSend;

@@ -59,7 +59,8 @@ struct RunHooks {
   Deadline deadline = Deadline::Infinite();
   RunObserver* observer = nullptr;
   double stall_seconds = 0;  // 0 = never
-  // Set (if not null and still 0) to the time the first peer data arrived.
+  // Set (if not null and still 0) to the time the first peer data arrived
+  // (OpNanos(), the operation clock).
   int64_t* first_data_ns = nullptr;
   // Set (if not null) when the operation read or wrote a peer's SharedBuffer directly.
   bool* shared_buffers = nullptr;

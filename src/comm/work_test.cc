@@ -1,0 +1,84 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "comm/work_state.h"
+
+namespace choir {
+namespace {
+
+CompletionInfo SomeInfo() {
+  CompletionInfo i;
+  i.algorithm = "shm_flat";
+  i.sequence = 7;
+  i.seconds = 0.25;
+  return i;
+}
+
+// Complete() takes no lock unless a callback was registered; a callback
+// registered at the same moment from another thread still runs, exactly once,
+// and sees the final status and info.
+TEST(WorkStateTest, CallbackRacingWithCompletionRunsExactlyOnce) {
+  for (int round = 0; round < 20000; ++round) {
+    auto state = std::make_shared<Work::State>();
+    Work work(state);
+    std::atomic<int> calls{0};
+    std::atomic<bool> saw_result{false};
+    std::atomic<bool> go{false};
+    std::thread completer([&] {
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      state->Complete(Status(Code::kPeerLost, "gone"), SomeInfo());
+    });
+    go.store(true, std::memory_order_release);
+    work.Then([&, work](const Status& s) {
+      const WorkInfo info = work.info();
+      saw_result = s.code() == Code::kPeerLost && info.algorithm == "shm_flat" && info.sequence == 7;
+      calls.fetch_add(1);
+    });
+    completer.join();
+    ASSERT_EQ(calls.load(), 1) << "round " << round;
+    ASSERT_TRUE(saw_result) << "round " << round;
+    ASSERT_EQ(work.status().code(), Code::kPeerLost);
+  }
+}
+
+// Callbacks registered before completion have finished when Wait returns,
+// and they read the result through the Work while they run.
+TEST(WorkStateTest, CallbacksRegisteredBeforeCompletionFinishBeforeWaitReturns) {
+  auto state = std::make_shared<Work::State>();
+  Work work(state);
+  EXPECT_TRUE(work.status().ok());  // running: OK
+  EXPECT_EQ(work.info().sequence, 0u);
+  std::atomic<bool> finished{false};
+  uint64_t seen_sequence = 0;
+  work.Then([&, work](const Status&) {
+    seen_sequence = work.info().sequence;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    finished = true;
+  });
+  std::thread completer([&] { state->Complete(Status::Ok(), SomeInfo()); });
+  EXPECT_TRUE(work.Wait().ok());
+  EXPECT_TRUE(finished);
+  EXPECT_EQ(seen_sequence, 7u);
+  completer.join();
+  EXPECT_DOUBLE_EQ(work.info().seconds, 0.25);
+}
+
+// Without callbacks, a waiter asleep on the futex is woken.
+TEST(WorkStateTest, SleepingWaiterIsWokenByALockFreeCompletion) {
+  auto state = std::make_shared<Work::State>();
+  Work work(state);
+  std::thread completer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    state->Complete(Status(Code::kAborted, "stop"), SomeInfo());
+  });
+  EXPECT_EQ(work.Wait().code(), Code::kAborted);
+  completer.join();
+  EXPECT_EQ(work.info().algorithm, "shm_flat");
+}
+
+}  // namespace
+}  // namespace choir
