@@ -29,6 +29,9 @@ inline int64_t CoarseNowNanos() {
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
+// The coarse clock's resolution (one kernel tick): a deadline placed from
+// CoarseNowNanos() + CoarseTickNanos() is never early, at most a tick late.
+int64_t CoarseTickNanos();
 
 // Nanoseconds for timing short operations: only differences of two readings
 // mean anything, and never mix them with NowNanos(). Read from the CPU's
@@ -36,8 +39,9 @@ inline int64_t CoarseNowNanos() {
 // source is "tsc", so the counter is invariant and synchronized across CPUs):
 // about 11 ns a reading instead of 25-38 ns for clock_gettime on the machine
 // of docs/performance.md, which an 8-byte collective pays twice. The counter's
-// rate is measured against CLOCK_MONOTONIC_RAW during the first 10 ms of the
-// process's use of this clock (until then it reads CLOCK_MONOTONIC_RAW).
+// rate is measured against CLOCK_MONOTONIC_RAW over the first 20 ms of the
+// process's use of this clock, from reading pairs no more than 2 µs apart
+// (until then it reads CLOCK_MONOTONIC_RAW).
 // Elsewhere it is CLOCK_MONOTONIC_RAW. Thread-safe.
 int64_t OpNanos();
 // Whether OpNanos() reads the time-stamp counter (for tests and diagnostics).

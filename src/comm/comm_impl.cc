@@ -60,10 +60,11 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
 
 void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& state) {
   CompletionInfo info;
-  // Two clocks: a coarse one to place the deadline (a tick early at most),
-  // and the operation clock for the duration the metrics and WorkInfo report.
-  // Both are cheaper than NowNanos(), which would cost an 8-byte collective
-  // 50-75 ns of its ~200 (docs/performance.md, "Per-call work").
+  // Two clocks: a coarse one to place the deadline (one tick later than the
+  // coarse reading, so never early, at most a tick late), and the operation
+  // clock for the duration the metrics and WorkInfo report. Both are cheaper
+  // than NowNanos(), which would cost an 8-byte collective 50-75 ns of its
+  // ~200 (docs/performance.md, "Per-call work").
   const int64_t start = CoarseNowNanos();
   const int64_t t0 = OpNanos();
   int64_t first_data_ns = 0;  // OpNanos() when data first had to be waited for
@@ -77,7 +78,7 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
   } else {
     const double timeout = options.timeout.count() > 0 ? static_cast<double>(options.timeout.count()) / 1000
                                                        : config_.timeout_seconds;
-    const Deadline deadline = Deadline::AfterSecondsFrom(start, timeout);
+    const Deadline deadline = Deadline::AfterSecondsFrom(start + CoarseTickNanos(), timeout);
     if (args.kind == CollKind::kSend || args.kind == CollKind::kRecv) {
       s = RunPointToPoint(args, deadline, &info.source_rank);
       if (!s.ok()) {

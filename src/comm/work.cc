@@ -15,14 +15,15 @@ namespace choir {
 void Work::State::Complete(Status s, const CompletionInfo& i) {
   status = std::move(s);
   info = i;
-  result_set.store(1, std::memory_order_release);
-  // Callbacks registered before completion run before waiters are released.
+  // Publishes the result, then looks for callbacks; Then() raises
+  // has_callbacks, then reads result_set (both sequentially consistent), so
+  // a callback Then() queued is seen here and runs before `done` releases
+  // the waiters, and Then() runs any later one itself.
+  result_set.store(1, std::memory_order_seq_cst);
   if (has_callbacks.load(std::memory_order_seq_cst) != 0) RunCallbacks();
   // Store, then look for sleepers; a sleeper registers, then re-checks
   // `done` (both sequentially consistent), so one of the two sees the other.
-  // The same pairing with Then(): it raises has_callbacks, then reads done.
   done.store(1, std::memory_order_seq_cst);
-  if (has_callbacks.load(std::memory_order_seq_cst) != 0) RunCallbacks();  // one that raced with done
   if (sleepers.load(std::memory_order_seq_cst) != 0) {
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&done), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
   }
@@ -104,7 +105,7 @@ void Work::Then(std::function<void(const Status&)> callback) const {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->has_callbacks.store(1, std::memory_order_seq_cst);
-    if (state_->done.load(std::memory_order_seq_cst) == 0) {
+    if (state_->result_set.load(std::memory_order_seq_cst) == 0) {
       state_->callbacks.push_back(std::move(callback));
       return;
     }

@@ -41,10 +41,11 @@ struct Work::State {
   Status status;
   CompletionInfo info;
   std::atomic<uint32_t> result_set{0};
-  // Raised by Then() (under `mu`) before it checks `done`; Complete looks at
-  // it after raising `done`, so a callback is never missed, and an operation
-  // nobody registered a callback for completes without taking the lock (two
-  // locked instructions less on the small-message path).
+  // Raised by Then() (under `mu`) before it checks `result_set`; Complete
+  // looks at it after raising `result_set` and before raising `done`, so a
+  // queued callback always runs before waiters are released, and an
+  // operation nobody registered a callback for completes without taking the
+  // lock (two locked instructions less on the small-message path).
   std::atomic<uint32_t> has_callbacks{0};
   std::vector<std::function<void(const Status&)>> callbacks;  // Work::Then
   // Set for queued operations: runs queued work on the waiting thread while
@@ -55,7 +56,7 @@ struct Work::State {
   // Callbacks run before waiters are released, so that once Wait() returns
   // every callback registered before completion has finished.
   void Complete(Status s, const CompletionInfo& i);
-  // Runs the registered callbacks (and any registered while they run).
+  // Runs the queued callbacks (and any queued while they run).
   void RunCallbacks();
   // Blocks until done, or (unless `forever`) until `timeout` passes (at
   // once when it is not positive); true if done.

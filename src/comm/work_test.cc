@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -42,6 +43,34 @@ TEST(WorkStateTest, CallbackRacingWithCompletionRunsExactlyOnce) {
     ASSERT_EQ(calls.load(), 1) << "round " << round;
     ASSERT_TRUE(saw_result) << "round " << round;
     ASSERT_EQ(work.status().code(), Code::kPeerLost);
+  }
+}
+
+// Whichever way the race between Then() and Complete() goes, a callback
+// registered before Wait() has finished when Wait() returns (a callback the
+// completing thread runs keeps it busy for a while, so a waiter released
+// early would see it unfinished). A stress test: the window where the order
+// matters is a few instructions wide, so it guards the ordering rather than
+// proving it (a version that released waiters first passed it too).
+TEST(WorkStateTest, WaitNeverReturnsBeforeACallbackRegisteredBeforeIt) {
+  for (int round = 0; round < 5000; ++round) {
+    auto state = std::make_shared<Work::State>();
+    Work work(state);
+    std::atomic<bool> go{false};
+    std::atomic<bool> finished{false};
+    std::thread completer([&] {
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      state->Complete(Status::Ok(), SomeInfo());
+    });
+    go.store(true, std::memory_order_release);
+    work.Then([&](const Status&) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      finished = true;
+    });
+    ASSERT_TRUE(work.Wait().ok());
+    ASSERT_TRUE(finished) << "round " << round;
+    completer.join();
   }
 }
 
