@@ -201,7 +201,8 @@ def rank_main(args):
         with open(os.environ["TORCH_BENCH_OUT"], "w") as f:
             json.dump(results, f)
     dist.destroy_process_group(groups["choir"])
-    dist.destroy_process_group()
+    # The default (gloo) group stays registered, and the process leaves
+    # without the interpreter's teardown (main): see there.
     return results if rank == 0 else None
 
 
@@ -281,7 +282,16 @@ def main():
         results = rank_main(args)
         if results is not None and not launched_here:
             print(report(results))
-        return
+        # Leave without the interpreter's teardown. With the default group
+        # destroyed, freeing the DDP models made their reducers drop the last
+        # reference to the gloo process group, and gloo's destructor joined a
+        # worker thread that needed the GIL the joining thread held to free a
+        # tensor: 1 launch in 5 hung for good under load (stacks taken with
+        # gdb; pytorch/pytorch#56297). So the gloo group stays registered and
+        # nothing is torn down; choir's own group was destroyed in rank_main.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "results.json")
         launch(args, out)
