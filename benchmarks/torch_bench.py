@@ -286,8 +286,8 @@ def main():
         # destroyed, freeing the DDP models made their reducers drop the last
         # reference to the gloo process group, and gloo's destructor joined a
         # worker thread that needed the GIL the joining thread held to free a
-        # tensor: 1 launch in 5 hung for good under load (stacks taken with
-        # gdb; pytorch/pytorch#56297). So the gloo group stays registered and
+        # tensor: the 5th of a series of launches under load hung for good
+        # (stacks taken with gdb; pytorch/pytorch#56297). So the gloo group stays registered and
         # nothing is torn down; choir's own group was destroyed in rank_main.
         sys.stdout.flush()
         sys.stderr.flush()

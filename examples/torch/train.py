@@ -336,7 +336,7 @@ def main(argv=None):
         # after the group was destroyed, its reducer drops the last reference
         # to the gloo process group, whose destructor joins a worker thread
         # that needs the GIL the joining thread holds to free a tensor
-        # (pytorch/pytorch#56297; seen in 1 of 5 launches of
+        # (pytorch/pytorch#56297; seen in a series of launches of
         # benchmarks/torch_bench.py under load). Leave without tearing down.
         sys.stdout.flush()
         sys.stderr.flush()
