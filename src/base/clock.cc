@@ -11,11 +11,7 @@
 namespace choir {
 namespace {
 
-int64_t RawNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+int64_t RawNanos() { return ClockNanos(CLOCK_MONOTONIC_RAW); }
 
 int64_t ReadTick() {
   timespec res{};
