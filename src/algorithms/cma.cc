@@ -20,6 +20,8 @@
 #include <cstring>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "algorithms/algorithms.h"
 #include "algorithms/block_steps.h"
 #include "algorithms/local_ops.h"
@@ -208,11 +210,21 @@ Status ScatterCma(Context& c, const OpArgs& a) {
 
 Status AlltoallCma(Context& c, const OpArgs& a) {
   const int n = c.size();
+  const auto nn = static_cast<size_t>(n);
   const size_t es = c.elem_size();
   const Blocks sblocks = patterns::BlocksFromCounts(a.SendCounts(n));
   const Blocks rblocks = patterns::BlocksFromCounts(a.RecvCounts(n));
-  std::vector<uint64_t> offsets(static_cast<size_t>(n));
-  for (int p = 0; p < n; ++p) offsets[static_cast<size_t>(p)] = sblocks[static_cast<size_t>(p)].offset * es;
+  // Per peer p: where this rank's block for p starts in its input, its
+  // length, and the length this rank expects from p. Readers find their
+  // block with the first; the lengths let both ranks of a pair whose
+  // uneven splits disagree fail alike, before a byte moves, instead of one
+  // reading past the block it was given.
+  std::vector<uint64_t> table(3 * nn);
+  for (size_t p = 0; p < nn; ++p) {
+    table[p] = sblocks[p].offset * es;
+    table[nn + p] = sblocks[p].count * es;
+    table[2 * nn + p] = rblocks[p].count * es;
+  }
   // In place, a peer may still need a block this rank is about to overwrite:
   // peers read from a private copy of the input.
   const void* send = a.send;
@@ -224,10 +236,23 @@ Status AlltoallCma(Context& c, const OpArgs& a) {
   }
   AreaOp op(c);
   std::vector<std::vector<uint64_t>> tables;
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, send, a.recv, offsets, &tables));
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, send, a.recv, table, &tables));
   const std::vector<PeerBuffers>& bufs = op.peers();
-  auto* out = static_cast<uint8_t*>(a.recv);
   const auto me = static_cast<size_t>(op.me());
+  for (size_t p = 0; p < nn; ++p) {
+    if (p == me) continue;
+    const uint64_t in_sent = tables[p][nn + me], in_expected = rblocks[p].count * es;
+    const uint64_t out_sent = sblocks[p].count * es, out_expected = tables[p][2 * nn + me];
+    if (in_sent != in_expected || out_sent != out_expected) {
+      const bool in = in_sent != in_expected;
+      return Status(Code::kCollectiveMismatch,
+                    fmt::format("alltoallv splits disagree: rank {} sends {} bytes to rank {}, which expects {} "
+                                "(send_counts[j] on rank i must equal recv_counts[i] on rank j)",
+                                c.CommRank(static_cast<int>(in ? p : me)), in ? in_sent : out_sent,
+                                c.CommRank(static_cast<int>(in ? me : p)), in ? in_expected : out_expected));
+    }
+  }
+  auto* out = static_cast<uint8_t*>(a.recv);
   CopyIfDistinct(out + rblocks[me].offset * es, static_cast<const uint8_t*>(send) + sblocks[me].offset * es,
                  rblocks[me].count * es);
   for (int s = 1; s < n; ++s) {

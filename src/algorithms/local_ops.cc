@@ -82,6 +82,7 @@ Status AreaOp::WaitFor(int p, uint64_t reads) {
                              "to arrive (same-host slot)", /*marks_data=*/true));
   CHOIR_RETURN_IF_ERROR(CheckSignature(p));
   ctx_->CountSharedRead(p, std::min<uint64_t>(reads, h->bytes));
+  read_from_ = read_from_ == kReadNone ? p : kReadAll;
   return Status::Ok();
 }
 
@@ -89,6 +90,7 @@ Status AreaOp::WaitAll(uint64_t reads) {
   CHOIR_RETURN_IF_ERROR(Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].slot(slot_)->id.load(std::memory_order_acquire) != id_; },
                              "to arrive (same-host slots)", /*marks_data=*/true));
   group_->read_by_all = std::max(group_->read_by_all, id_ - 1);  // see Acquire
+  read_from_ = kReadAll;
   for (int p = 0; p < size(); ++p) {
     if (p == me()) continue;
     CHOIR_RETURN_IF_ERROR(CheckSignature(p));
@@ -102,6 +104,18 @@ void AreaOp::FinishReads() {
   // root, a reduce sender) must not pull in lines its peers keep writing.
   group_->mine().ctl()->read_done[slot_].store(id_, std::memory_order_release);
   group_->NotifyPeers();
+  // Start fetching the next slot header of each peer this operation read:
+  // in a stream of small collectives that peer has often published there
+  // already (it runs ahead), and the line then crosses between the caches
+  // while this rank returns and starts its next call, not when it first
+  // polls. Peers it did not read are left alone, as above.
+  if (read_from_ == kReadNone) return;
+  const int next = static_cast<int>((id_ + 1) % transport::kAreaSlots);
+  for (int p = 0; p < size(); ++p) {
+    if (p != me() && (read_from_ == kReadAll || read_from_ == p)) {
+      __builtin_prefetch(group_->areas[static_cast<size_t>(p)].slot(next), 0, 3);
+    }
+  }
 }
 
 void AreaOp::SetProgress(uint64_t chunks_done) {

@@ -102,6 +102,11 @@ class AreaOp {
   transport::LocalGroup* group_;
   uint64_t id_;
   int slot_;
+  // Whose slots this operation read: kReadNone, kReadAll or one local index
+  // (FinishReads prefetches those peers' next slots, and only those).
+  static constexpr int kReadNone = -1;
+  static constexpr int kReadAll = -2;
+  int read_from_ = kReadNone;
   std::vector<PeerBuffers> peers_;  // filled by ExchangeAddresses
 
   friend Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, const std::vector<uint64_t>& table,

@@ -538,6 +538,44 @@ TEST(CommFailureTest, MismatchedCountsOpsDtypesAndOrder) {
   }
 }
 
+// Uneven splits that disagree (rank 0 sends 3 elements to rank 1, which
+// expects 4) never move bytes past a block. The receiver fails with a
+// mismatch on every path; with cma, where both ranks see both splits, so
+// does the sender. A sender that cannot see the receiver's split (messages)
+// finds the communicator failed at its next collective.
+TEST(CommFailureTest, DisagreeingAlltoallvSplitsAreAMismatch) {
+  struct Path {
+    const char* transport;
+    const char* algorithm;
+  };
+  for (const Path path : {Path{"shm", "cma"}, Path{"shm", "pairwise"}, Path{"tcp", "pairwise"}}) {
+    auto results = RunRanks(2, [&](Communicator& comm) -> Status {
+      const std::vector<size_t> send = comm.rank() == 0 ? std::vector<size_t>{2, 3} : std::vector<size_t>{2, 2};
+      const std::vector<size_t> recv = comm.rank() == 0 ? std::vector<size_t>{2, 2} : std::vector<size_t>{4, 2};
+      std::vector<float> in(8, 1.0f), out(8, 0.0f);
+      CallOptions call;
+      call.algorithm = path.algorithm;
+      const Status s = comm.AlltoallV(in.data(), send, out.data(), recv, DataType::kFloat32, call).Wait();
+      const bool sees_both = std::string(path.algorithm) == "cma";
+      if (comm.rank() == 1 || sees_both) {
+        if (s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "want E401, got " + s.ToString());
+        const std::string& m = s.message();
+        if (m.find("rank 0") == std::string::npos || m.find("12 bytes") == std::string::npos ||
+            m.find("16") == std::string::npos) {
+          return Status(Code::kInternal, "message does not name the disagreeing sizes: " + s.ToString());
+        }
+        return Status::Ok();
+      }
+      if (!s.ok() && s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "got " + s.ToString());
+      const Status next = comm.Barrier().Wait();
+      if (next.ok()) return Status(Code::kInternal, "the sender's next collective succeeded");
+      return Status::Ok();
+    }, Opts(path.transport, 10s));
+    SCOPED_TRACE(std::string(path.transport) + " " + path.algorithm);
+    ExpectAllOk(results);
+  }
+}
+
 TEST(CommFailureTest, DifferentOrderIsAMismatch) {
   auto results = RunRanks(2, [](Communicator& comm) -> Status {
     std::vector<float> v(64, 1.0f);
