@@ -51,6 +51,7 @@ GroupView Context::View() const {
   v.size = size();
   v.same_host = LocalGroupUsable(*this);
   v.cma = v.same_host && local_group()->cma;
+  v.shares_cpus = v.same_host && local_group()->ranks_share_cpus;
   v.slot_bytes = v.same_host ? local_group()->mine().slot_bytes() : 0;
   v.pipe_bytes = v.same_host ? local_group()->mine().pipe_bytes() : 0;
   v.layout = covers_whole_comm() ? layout_ : nullptr;

@@ -29,6 +29,7 @@ struct GroupView {
   int size = 1;
   bool same_host = false;     // exactly this host's local group: shared slots usable
   bool cma = false;           // and single-copy reads allowed
+  bool shares_cpus = false;   // and its ranks outnumber the CPUs they run on
   size_t slot_bytes = 0;      // shared slot payload
   size_t pipe_bytes = 0;      // shared pipe per rank (shm_pipe)
   const Layout* layout = nullptr;  // host layout when the group is the whole communicator

@@ -155,7 +155,14 @@ inline constexpr size_t kStreamingBytes = 4u << 20;     // larger outputs bypass
 // through the cache plus streaming stores up to 32-64 MiB (broadcast 16 MiB:
 // 15-17 against 11-14 GB/s; docs/performance.md).
 inline constexpr size_t kDirectCopyMaxBytes = 64u << 20;
-inline constexpr size_t kPipeMinBytes = 4u << 20;        // shm_pipe before cma from here on
+// Where shm_pipe takes over from cma (payload bytes of the whole buffer), when
+// process_vm_readv is allowed. With a core per rank, cma's kernel copies run
+// in parallel and win up to 8 MiB (allreduce; 1.2-1.5x at 4-8 MiB) and
+// 32 MiB (allgather; 1.2-1.4x at 8-16 MiB, even at 32 MiB); from 16 and
+// 64 MiB the pipe's single pass over memory wins (1.2-1.35x). When the ranks
+// share cores, cma's waits for its peers cost time slices and the pipe wins
+// from 4 MiB (allgather 8 MiB): docs/performance.md, "cma or shm_pipe".
+size_t PipeMinBytesWithCma(CollKind kind, bool ranks_share_cpus);
 inline constexpr size_t kRootShareMinBytes = 256 * 1024;  // a broadcast root writes a share from here on
 // With every rank's buffers in SharedBuffers, the owner of a slice always
 // pushes it, and streaming stores pay off later for an allreduce than for an

@@ -1,11 +1,14 @@
 // ExplainPlan: what selection picks per collective and size range on a
 // topology, with the cost model's predicted times (`choir topo`).
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "algorithms/layout.h"
 #include "algorithms/select.h"
 #include "choir/topology.h"
 #include "params/params.h"
+#include "transport/endpoint.h"
 
 namespace choir {
 namespace {
@@ -56,6 +59,12 @@ Result<std::vector<PlanRow>> ExplainPlan(const Topology& topology) {
   view.layout = &layout;
   view.same_host = layout.num_hosts() == 1 && world > 1;
   view.cma = view.same_host && params::GetString(params::Id::kShmCma) != "off";
+  if (view.same_host) {
+    std::vector<std::vector<int>> cores;
+    for (const RankPlace& p : topology.ranks) cores.push_back(p.cores);
+    if (cores.size() != static_cast<size_t>(world)) cores.assign(static_cast<size_t>(world), {});
+    view.shares_cpus = transport::RanksCompeteForCpus(cores, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  }
   view.slot_bytes = view.same_host ? params::GetBytes(params::Id::kShmSlotBytes) : 0;
   view.pipe_bytes = view.same_host ? params::GetBytes(params::Id::kShmPipeBytes) : 0;
   view.intra_host = algorithms::LinkCostOf(topology, "intra_host", view.intra_host);

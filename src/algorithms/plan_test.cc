@@ -2,6 +2,8 @@
 // shared area on one host, and the field's interleaved ring is predicted slow.
 #include <gtest/gtest.h>
 
+#include "algorithms/algorithms.h"
+#include "algorithms/local_ops.h"
 #include "choir/topology.h"
 
 namespace choir {
@@ -63,6 +65,42 @@ TEST(PlanTest, RankOnNoHostIsAnError) {
   Topology t = Make(2, 2, false);
   t.world_size = 5;
   EXPECT_FALSE(ExplainPlan(t).ok());
+}
+
+// Where shm_pipe takes over from cma on one host with single copy allowed:
+// later when every rank has a core (16 MiB allreduce, 64 MiB allgather),
+// earlier when the ranks share cores (4 and 8 MiB); without single copy,
+// from the first size above the slots.
+TEST(PipeThresholdTest, DependsOnTheCollectiveAndOnSharedCores) {
+  algorithms::GroupView g;
+  g.size = 2;
+  g.same_host = true;
+  g.cma = true;
+  g.slot_bytes = 64 << 10;
+  g.pipe_bytes = 4 << 20;
+  auto usable = [&](algorithms::CollKind kind, uint64_t bytes) {
+    algorithms::OpArgs a;
+    a.kind = kind;
+    a.dtype = DataType::kFloat32;
+    a.count = static_cast<size_t>(bytes / 4 / (kind == algorithms::CollKind::kAllgather ? 2 : 1));
+    return algorithms::PipeUsable(g, a);
+  };
+  constexpr uint64_t kMiB = 1 << 20;
+  for (const bool shared : {false, true}) {
+    g.shares_cpus = shared;
+    SCOPED_TRACE(shared ? "ranks share cores" : "a core per rank");
+    const uint64_t allreduce = shared ? 4 * kMiB : 16 * kMiB;
+    const uint64_t allgather = shared ? 8 * kMiB : 64 * kMiB;
+    EXPECT_EQ(algorithms::PipeMinBytesWithCma(algorithms::CollKind::kAllreduce, shared), allreduce);
+    EXPECT_EQ(algorithms::PipeMinBytesWithCma(algorithms::CollKind::kAllgather, shared), allgather);
+    EXPECT_FALSE(usable(algorithms::CollKind::kAllreduce, allreduce - 64));
+    EXPECT_TRUE(usable(algorithms::CollKind::kAllreduce, allreduce));
+    EXPECT_FALSE(usable(algorithms::CollKind::kAllgather, allgather - 64));
+    EXPECT_TRUE(usable(algorithms::CollKind::kAllgather, allgather));
+  }
+  g.cma = false;
+  EXPECT_TRUE(usable(algorithms::CollKind::kAllreduce, 1 * kMiB));
+  EXPECT_TRUE(usable(algorithms::CollKind::kAllgather, 1 * kMiB));
 }
 
 }  // namespace

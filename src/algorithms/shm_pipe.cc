@@ -217,10 +217,14 @@ bool PipeUsable(const GroupView& g, const OpArgs& a) {
                            ? a.count * static_cast<size_t>(g.size)
                            : a.count;
   if (!PipeFits(g.pipe_bytes, g.size, es, total / static_cast<size_t>(g.size) + 1)) return false;
-  // With single copy available, cma is faster below kPipeMinBytes (twice
-  // that for allgather, whose small blocks cma pushes from the owner's cache).
-  const size_t min_bytes = a.kind == CollKind::kAllgather ? 2 * kPipeMinBytes : kPipeMinBytes;
-  return !g.cma || total * es >= min_bytes;
+  return !g.cma || total * es >= PipeMinBytesWithCma(a.kind, g.shares_cpus);
+}
+
+size_t PipeMinBytesWithCma(CollKind kind, bool ranks_share_cpus) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  if (kind == CollKind::kAllgather) return ranks_share_cpus ? 8 * kMiB : 64 * kMiB;
+  if (kind == CollKind::kAllreduce) return ranks_share_cpus ? 4 * kMiB : 16 * kMiB;
+  return 4 * kMiB;  // reduce_scatter: cma comes first in the registry (registry.cc)
 }
 
 }  // namespace choir::algorithms

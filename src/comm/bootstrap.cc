@@ -369,6 +369,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   // Ranks that outnumber the cores must never burn a core a peer needs.
   co.wait.spin_ns = oversubscribed ? 0 : params::GetInt(params::Id::kSpinMicros) * 1000;
   co.wait.yield_ns = co.wait.spin_ns + params::GetInt(params::Id::kYieldMicros) * 1000;
+  co.ranks_share_cpus = oversubscribed;
   auto endpoint = transport::ConnectPeers(*scoped, rank, peers, std::move(listener), co);
   if (!endpoint.ok()) return endpoint.status();
 

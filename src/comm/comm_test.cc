@@ -424,15 +424,25 @@ TEST(CommPipeTest, BadPipeSizeIsAnInvalidSettingNamingIt) {
 }
 
 // Without process_vm_readv the default large-message path is shm_pipe; with
-// it, shm_pipe takes allreduce from 4 MiB and allgather from 8 MiB (default pipe).
+// it, shm_pipe takes over from cma at a size that depends on the collective
+// and on whether the ranks share cores (PipeMinBytesWithCma).
 TEST(CommPipeTest, DefaultSelectionAndLargeBuffers) {
   for (const char* cma : {"off", "auto"}) {
     params::ScopedOverride allow("CHOIR_SHM_CMA", cma);
-    auto results = RunRanks(3, [cma](Communicator& comm) -> Status {
+    const bool single_copy = std::string(cma) == "auto";
+    auto results = RunRanks(3, [&](Communicator& comm) -> Status {
       SweepOptions so;
-      so.ops = {"allreduce", "allgather"};
-      so.dtypes = {DataType::kFloat32, DataType::kBFloat16};
-      so.counts = {2200001};  // 8.8 MB of float32, 4.4 MB of bfloat16
+      if (single_copy) {
+        // 17.6 MB: past cma's range whether or not the ranks share cores
+        // (PipeThresholdTest has the thresholds themselves).
+        so.ops = {"allreduce"};
+        so.dtypes = {DataType::kFloat32};
+        so.counts = {4400001};
+      } else {
+        so.ops = {"allreduce", "allgather"};
+        so.dtypes = {DataType::kFloat32, DataType::kBFloat16};
+        so.counts = {2200001};  // 8.8 MB of float32, 4.4 MB of bfloat16
+      }
       so.all_reduce_ops = false;
       return CheckSweep(comm, so, "shm_pipe").WithContext(std::string("CHOIR_SHM_CMA=") + cma);
     }, Opts("shm", 60s));

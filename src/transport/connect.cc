@@ -293,6 +293,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     group = std::make_unique<LocalGroup>();
     group->ranks = my_shm;
     group->cma = group_cma;
+    group->ranks_share_cpus = options.ranks_share_cpus;
     size_t next_peer = 0;
     for (size_t i = 0; i < my_shm.size(); ++i) {
       const int p = my_shm[i];

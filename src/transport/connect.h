@@ -47,6 +47,9 @@ struct ConnectOptions {
   int tcp_streams = 1;               // sockets per peer pair
   size_t tcp_stripe_bytes = 512 << 10;  // payloads this large are spread over the streams
   WaitPolicy wait;
+  // This host's ranks compete for CPUs (RanksCompeteForCpus); the same on
+  // every local rank, so same-host algorithm choices that depend on it agree.
+  bool ranks_share_cpus = false;
 };
 
 // True when ranks a and b talk over shared memory. Error when a forced choice

@@ -25,4 +25,4 @@ def test_shared_tensors(world_size):
                 # Every rank reads (or writes) its peers' tensors in these.
                 assert algo.endswith("+shared"), (r.rank, name, algo)
         if world_size > 1:
-            assert algorithms["allreduce/2200000/shared"] == "shm_pipe+shared", algorithms
+            assert algorithms["allreduce/4400000/shared"] == "shm_pipe+shared", algorithms

@@ -24,6 +24,7 @@ struct LocalGroup {
   std::vector<SegmentHeader*> headers;  // segment headers by local index (doorbells)
   std::vector<int> pids;                // by local index
   bool cma = false;                     // process_vm_readv works between every pair
+  bool ranks_share_cpus = false;        // more local ranks than CPUs for them (ConnectOptions)
   uint64_t next_id = 1;                 // area operation counter, equal on every local rank
   // What this rank knows, without reading shared lines again, of how far
   // every local peer has finished reading: every peer finished reading the
