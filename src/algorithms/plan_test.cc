@@ -103,5 +103,47 @@ TEST(PipeThresholdTest, DependsOnTheCollectiveAndOnSharedCores) {
   EXPECT_TRUE(usable(algorithms::CollKind::kAllgather, 1 * kMiB));
 }
 
+// Where shm_flat hands over to cma with single copy allowed: per
+// collective, later when the ranks share cores, never beyond the slots.
+TEST(FlatThresholdTest, DependsOnTheCollectiveAndOnSharedCores) {
+  algorithms::GroupView g;
+  g.size = 2;
+  g.same_host = true;
+  g.cma = true;
+  g.slot_bytes = 64 << 10;
+  g.pipe_bytes = 4 << 20;
+  auto usable = [&](algorithms::CollKind kind, uint64_t bytes) {
+    algorithms::OpArgs a;
+    a.kind = kind;
+    a.dtype = DataType::kFloat32;
+    a.count = static_cast<size_t>(bytes / 4);
+    return algorithms::FlatUsable(g, a);
+  };
+  constexpr uint64_t kKiB = 1024;
+  struct Want {
+    algorithms::CollKind kind;
+    uint64_t own_cores, shared_cores;  // largest slot payload on the slots
+  };
+  const Want wants[] = {
+      {algorithms::CollKind::kAllreduce, 16 * kKiB, 32 * kKiB},
+      {algorithms::CollKind::kBroadcast, 32 * kKiB, 64 * kKiB},  // 128 KiB, but the slots hold 64
+      {algorithms::CollKind::kReduce, 32 * kKiB, 64 * kKiB},
+      {algorithms::CollKind::kAllgather, 16 * kKiB, 16 * kKiB},
+  };
+  for (const bool shared : {false, true}) {
+    g.shares_cpus = shared;
+    for (const Want& w : wants) {
+      const uint64_t limit = shared ? w.shared_cores : w.own_cores;
+      SCOPED_TRACE(std::string(algorithms::CollKindName(w.kind)) + (shared ? ", shared cores" : ", own cores"));
+      EXPECT_TRUE(usable(w.kind, limit));
+      EXPECT_FALSE(usable(w.kind, limit + 4));
+    }
+  }
+  g.cma = false;
+  g.shares_cpus = false;
+  EXPECT_TRUE(usable(algorithms::CollKind::kAllreduce, 64 * kKiB));
+  EXPECT_FALSE(usable(algorithms::CollKind::kAllreduce, 64 * kKiB + 4));
+}
+
 }  // namespace
 }  // namespace choir
