@@ -161,7 +161,7 @@ inline constexpr size_t kDirectCopyMaxBytes = 64u << 20;
 // 32 MiB (allgather; 1.2-1.4x at 8-16 MiB, even at 32 MiB); from 16 and
 // 64 MiB the pipe's single pass over memory wins (1.2-1.35x). When the ranks
 // share cores, cma's waits for its peers cost time slices and the pipe wins
-// from 4 MiB (allgather 8 MiB): docs/performance.md, "cma or shm_pipe".
+// from 1 MiB (allgather 4 MiB): docs/performance.md, "cma or shm_pipe".
 size_t PipeMinBytesWithCma(CollKind kind, bool ranks_share_cpus);
 inline constexpr size_t kRootShareMinBytes = 256 * 1024;  // a broadcast root writes a share from here on
 // With every rank's buffers in SharedBuffers, the owner of a slice always

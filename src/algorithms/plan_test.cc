@@ -19,6 +19,14 @@ Topology Make(int hosts, int per_host, bool interleave) {
     t.hosts[static_cast<size_t>(h)].ranks.push_back(r);
   }
   t.links = {{"intra_host", 10, 1}, {"inter_host", 0.25, 20}};  // a slow link between hosts
+  // A core per rank, so that the plan does not depend on this machine's.
+  for (int r = 0; r < t.world_size; ++r) {
+    RankPlace p;
+    p.rank = r;
+    p.host = "host" + std::to_string(interleave ? r % hosts : r / per_host);
+    p.cores = {r % per_host};
+    t.ranks.push_back(p);
+  }
   return t;
 }
 
@@ -52,6 +60,13 @@ TEST(PlanTest, OneHostUsesTheSharedArea) {
   EXPECT_EQ(Row(*rows, "allreduce", 1u << 20)->algorithm, "cma");
   EXPECT_EQ(Row(*rows, "allreduce", 64u << 20)->algorithm, "shm_pipe");
   EXPECT_EQ(Row(*rows, "reduce_scatter", 64u << 20)->algorithm, "cma");
+  // Ranks stacked on one core: the pipe from 1 MiB.
+  Topology stacked = Make(1, 4, false);
+  for (RankPlace& p : stacked.ranks) p.cores = {0};
+  auto shared = ExplainPlan(stacked);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ(Row(*shared, "allreduce", 1u << 20)->algorithm, "shm_pipe");
+  EXPECT_EQ(Row(*shared, "allreduce", 512u << 10)->algorithm, "cma");
 }
 
 TEST(PlanTest, OneRankPerHostHasNoHierarchy) {
@@ -69,7 +84,7 @@ TEST(PlanTest, RankOnNoHostIsAnError) {
 
 // Where shm_pipe takes over from cma on one host with single copy allowed:
 // later when every rank has a core (16 MiB allreduce, 64 MiB allgather),
-// earlier when the ranks share cores (4 and 8 MiB); without single copy,
+// earlier when the ranks share cores (1 and 4 MiB); without single copy,
 // from the first size above the slots.
 TEST(PipeThresholdTest, DependsOnTheCollectiveAndOnSharedCores) {
   algorithms::GroupView g;
@@ -89,8 +104,8 @@ TEST(PipeThresholdTest, DependsOnTheCollectiveAndOnSharedCores) {
   for (const bool shared : {false, true}) {
     g.shares_cpus = shared;
     SCOPED_TRACE(shared ? "ranks share cores" : "a core per rank");
-    const uint64_t allreduce = shared ? 4 * kMiB : 16 * kMiB;
-    const uint64_t allgather = shared ? 8 * kMiB : 64 * kMiB;
+    const uint64_t allreduce = shared ? 1 * kMiB : 16 * kMiB;
+    const uint64_t allgather = shared ? 4 * kMiB : 64 * kMiB;
     EXPECT_EQ(algorithms::PipeMinBytesWithCma(algorithms::CollKind::kAllreduce, shared), allreduce);
     EXPECT_EQ(algorithms::PipeMinBytesWithCma(algorithms::CollKind::kAllgather, shared), allgather);
     EXPECT_FALSE(usable(algorithms::CollKind::kAllreduce, allreduce - 64));
@@ -99,8 +114,8 @@ TEST(PipeThresholdTest, DependsOnTheCollectiveAndOnSharedCores) {
     EXPECT_TRUE(usable(algorithms::CollKind::kAllgather, allgather));
   }
   g.cma = false;
-  EXPECT_TRUE(usable(algorithms::CollKind::kAllreduce, 1 * kMiB));
-  EXPECT_TRUE(usable(algorithms::CollKind::kAllgather, 1 * kMiB));
+  EXPECT_TRUE(usable(algorithms::CollKind::kAllreduce, 256 << 10));
+  EXPECT_TRUE(usable(algorithms::CollKind::kAllgather, 256 << 10));
 }
 
 // Where shm_flat hands over to cma with single copy allowed: per

@@ -222,8 +222,8 @@ bool PipeUsable(const GroupView& g, const OpArgs& a) {
 
 size_t PipeMinBytesWithCma(CollKind kind, bool ranks_share_cpus) {
   constexpr size_t kMiB = size_t{1} << 20;
-  if (kind == CollKind::kAllgather) return ranks_share_cpus ? 8 * kMiB : 64 * kMiB;
-  if (kind == CollKind::kAllreduce) return ranks_share_cpus ? 4 * kMiB : 16 * kMiB;
+  if (kind == CollKind::kAllgather) return ranks_share_cpus ? 4 * kMiB : 64 * kMiB;
+  if (kind == CollKind::kAllreduce) return ranks_share_cpus ? 1 * kMiB : 16 * kMiB;
   return 4 * kMiB;  // reduce_scatter: cma comes first in the registry (registry.cc)
 }
 
