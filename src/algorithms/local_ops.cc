@@ -19,9 +19,11 @@ bool LocalGroupUsable(const Context& c) {
   return c.GroupRanks() == g->ranks;
 }
 
-AreaOp::AreaOp(Context& c) : ctx_(&c), group_(c.local_group()) {
+AreaOp::AreaOp(Context& c, size_t payload) : ctx_(&c), group_(c.local_group()) {
   id_ = group_->next_id++;
-  slot_ = static_cast<int>(id_ % transport::kAreaSlots);
+  small_ = payload <= transport::kSmallSlotPayload;
+  depth_ = small_ ? transport::kSmallSlots : transport::kAreaSlots;
+  slot_ = static_cast<int>(id_ % static_cast<uint64_t>(depth_));
 }
 
 Status AreaOp::Wait(absl::FunctionRef<bool(int)> owes, const char* to_do, bool marks_data) {
@@ -35,32 +37,29 @@ Status AreaOp::Wait(absl::FunctionRef<bool(int)> owes, const char* to_do, bool m
 }
 
 Status AreaOp::Acquire() {
-  // Free for sure: the first use of each slot, or every peer is known to
-  // have finished reading the operation that last used it (local_group.h).
-  if (id_ <= transport::kAreaSlots) return Status::Ok();
-  const uint64_t need = id_ - transport::kAreaSlots;  // the previous operation that used this slot
+  // Free for sure: the first use of the slot, or every peer is known to have
+  // finished reading the operation that last used it (local_group.h).
+  const auto depth = static_cast<uint64_t>(depth_);
+  if (id_ <= depth) return Status::Ok();
+  const uint64_t need = id_ - depth;  // the previous operation that used this slot
   if (group_->read_by_all >= need) return Status::Ok();
-  CHOIR_RETURN_IF_ERROR(
-      Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].ctl()->read_done[slot_].load(std::memory_order_acquire) < need; },
-           "to finish reading this rank's shared slot"));
-  // A rank finishes operations in order, so the newest id in its read_done
-  // line (one cache line, just read) covers every earlier slot as well: the
-  // next few operations need not read the peers' lines again.
+  auto read_through = [&](int p) {
+    return group_->areas[static_cast<size_t>(p)].ctl()->read_through.load(std::memory_order_acquire);
+  };
+  CHOIR_RETURN_IF_ERROR(Wait([&](int p) { return read_through(p) < need; },
+                             "to finish reading this rank's shared slot"));
+  // What the peers have read by now covers the next few operations too:
+  // they need not read the peers' lines again.
   uint64_t least = UINT64_MAX;
   for (int p = 0; p < size(); ++p) {
-    if (p == me()) continue;
-    uint64_t newest = 0;
-    for (const auto& done : group_->areas[static_cast<size_t>(p)].ctl()->read_done) {
-      newest = std::max(newest, done.load(std::memory_order_acquire));
-    }
-    least = std::min(least, newest);
+    if (p != me()) least = std::min(least, read_through(p));
   }
   group_->read_by_all = std::max(group_->read_by_all, least);
   return Status::Ok();
 }
 
 void AreaOp::Publish(uint64_t bytes) {
-  transport::SlotHeader* h = group_->mine().slot(slot_);
+  transport::SlotHeader* h = header(me());
   h->sig = ctx_->sig_word();
   h->count = ctx_->sig_count();
   h->bytes = bytes;
@@ -69,17 +68,37 @@ void AreaOp::Publish(uint64_t bytes) {
 }
 
 Status AreaOp::CheckSignature(int p) const {
-  const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(slot_);
+  const transport::SlotHeader* h = header(p);
   if (h->sig != ctx_->sig_word() || h->count != ctx_->sig_count()) {
     return ctx_->Mismatch(h->sig, h->count, group_->ranks[static_cast<size_t>(p)]);
   }
   return Status::Ok();
 }
 
+Status AreaOp::OtherRingMismatch(int p) const {
+  const transport::SlotHeader* h = other_ring_header(p);
+  Status s = ctx_->Mismatch(h->sig, h->count, group_->ranks[static_cast<size_t>(p)]);
+  if (s.ok()) {
+    // Equal signatures in different rings: the ranks' own settings put the
+    // payload on different sides of the small-slot limit.
+    s = Status(Code::kCollectiveMismatch,
+               fmt::format("rank {} published this collective in its other ring of shared slots: the ranks "
+                           "disagree about its payload", group_->ranks[static_cast<size_t>(p)]));
+  }
+  return s;
+}
+
 Status AreaOp::WaitFor(int p, uint64_t reads) {
-  const transport::SlotHeader* h = group_->areas[static_cast<size_t>(p)].slot(slot_);
-  CHOIR_RETURN_IF_ERROR(Wait([&](int q) { return q == p && h->id.load(std::memory_order_acquire) != id_; },
-                             "to arrive (same-host slot)", /*marks_data=*/true));
+  const transport::SlotHeader* h = header(p);
+  // A peer that published this id in the other ring runs another collective:
+  // stop waiting (it would never publish here) and report the mismatch.
+  bool elsewhere = false;
+  CHOIR_RETURN_IF_ERROR(Wait([&](int q) {
+    if (q != p || h->id.load(std::memory_order_acquire) == id_) return false;
+    elsewhere = InOtherRing(q);
+    return !elsewhere;
+  }, "to arrive (same-host slot)", /*marks_data=*/true));
+  if (elsewhere) return OtherRingMismatch(p);
   CHOIR_RETURN_IF_ERROR(CheckSignature(p));
   ctx_->CountSharedRead(p, std::min<uint64_t>(reads, h->bytes));
   read_from_ = read_from_ == kReadNone ? p : kReadAll;
@@ -87,8 +106,16 @@ Status AreaOp::WaitFor(int p, uint64_t reads) {
 }
 
 Status AreaOp::WaitAll(uint64_t reads) {
-  CHOIR_RETURN_IF_ERROR(Wait([&](int p) { return group_->areas[static_cast<size_t>(p)].slot(slot_)->id.load(std::memory_order_acquire) != id_; },
-                             "to arrive (same-host slots)", /*marks_data=*/true));
+  int elsewhere = -1;
+  CHOIR_RETURN_IF_ERROR(Wait([&](int p) {
+    if (elsewhere >= 0 || header(p)->id.load(std::memory_order_acquire) == id_) return false;
+    if (InOtherRing(p)) {
+      elsewhere = p;
+      return false;
+    }
+    return true;
+  }, "to arrive (same-host slots)", /*marks_data=*/true));
+  if (elsewhere >= 0) return OtherRingMismatch(elsewhere);
   group_->read_by_all = std::max(group_->read_by_all, id_ - 1);  // see Acquire
   read_from_ = kReadAll;
   for (int p = 0; p < size(); ++p) {
@@ -102,18 +129,21 @@ Status AreaOp::WaitAll(uint64_t reads) {
 void AreaOp::FinishReads() {
   // Touches no peer's line: a rank that read nobody's slot (a broadcast
   // root, a reduce sender) must not pull in lines its peers keep writing.
-  group_->mine().ctl()->read_done[slot_].store(id_, std::memory_order_release);
+  group_->mine().ctl()->read_through.store(id_, std::memory_order_release);
   group_->NotifyPeers();
   // Start fetching the next slot header of each peer this operation read:
   // in a stream of small collectives that peer has often published there
   // already (it runs ahead), and the line then crosses between the caches
   // while this rank returns and starts its next call, not when it first
   // polls. Peers it did not read are left alone, as above.
+  // The next operation is assumed to take the same ring (streams of one
+  // collective are the case that matters).
   if (read_from_ == kReadNone) return;
-  const int next = static_cast<int>((id_ + 1) % transport::kAreaSlots);
+  const int next = static_cast<int>((id_ + 1) % static_cast<uint64_t>(depth_));
   for (int p = 0; p < size(); ++p) {
     if (p != me() && (read_from_ == kReadAll || read_from_ == p)) {
-      __builtin_prefetch(group_->areas[static_cast<size_t>(p)].slot(next), 0, 3);
+      const transport::AreaView& a = group_->areas[static_cast<size_t>(p)];
+      __builtin_prefetch(small_ ? a.small_slot(next) : a.slot(next), 0, 3);
     }
   }
 }

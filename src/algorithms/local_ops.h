@@ -1,7 +1,7 @@
 // Building blocks of the same-host algorithms (shm_flat.cc, cma.cc): one
 // "area operation" on the host's shared slots, as every local rank runs it.
 //
-//   AreaOp op(ctx);                 // next id, its slot
+//   AreaOp op(ctx, payload);        // next id, its slot (small ring for small payloads)
 //   op.Acquire();                   // my slot is no longer being read by anyone
 //   memcpy(op.my_data(), ...);      // fill it
 //   op.Publish(bytes);              // id + signature become visible to peers
@@ -42,24 +42,24 @@ struct PeerBuffers {
 
 class AreaOp {
  public:
-  explicit AreaOp(Context& c);
+  // `payload`: the most any rank will publish in its slot; up to
+  // transport::kSmallSlotPayload the operation takes the deep ring of small
+  // slots. Every rank must pass a value that leads to the same ring (derive
+  // it from the collective's arguments). The default takes a full slot.
+  static constexpr size_t kFullSlot = SIZE_MAX;
+  explicit AreaOp(Context& c, size_t payload = kFullSlot);
 
   Status Acquire();
-  uint8_t* my_data() const { return group_->mine().data(slot_); }
-  size_t slot_bytes() const { return group_->mine().slot_bytes(); }
-  size_t slot_capacity() const { return group_->mine().slot_capacity(); }
+  uint8_t* my_data() const { return data_of(group_->index); }
+  size_t slot_capacity() const { return small_ ? transport::kSmallSlotPayload : group_->mine().slot_capacity(); }
   void Publish(uint64_t bytes);
   // Both count the slot traffic on this (reading) side: the whole payload, or
   // `reads` bytes of each slot when the rank reads only its block of it.
   static constexpr uint64_t kWholeSlot = UINT64_MAX;
   Status WaitFor(int local_index, uint64_t reads = kWholeSlot);
   Status WaitAll(uint64_t reads = kWholeSlot);
-  const uint8_t* data(int local_index) const {
-    return group_->areas[static_cast<size_t>(local_index)].data(slot_);
-  }
-  uint64_t bytes(int local_index) const {
-    return group_->areas[static_cast<size_t>(local_index)].slot(slot_)->bytes;
-  }
+  const uint8_t* data(int local_index) const { return data_of(local_index); }
+  uint64_t bytes(int local_index) const { return header(local_index)->bytes; }
   void FinishReads();
 
   // Large operations.
@@ -97,10 +97,33 @@ class AreaOp {
   // (Endpoint::WaitLocal, the late-arrival metric).
   Status Wait(absl::FunctionRef<bool(int local_index)> owes, const char* to_do, bool marks_data = false);
   Status CheckSignature(int local_index) const;
+  // This operation's slot of local rank p, and the slot with the same id in
+  // the other ring (where a rank that called another collective published).
+  transport::SlotHeader* header(int local_index) const {
+    const transport::AreaView& a = group_->areas[static_cast<size_t>(local_index)];
+    return small_ ? a.small_slot(slot_) : a.slot(slot_);
+  }
+  const transport::SlotHeader* other_ring_header(int local_index) const {
+    const transport::AreaView& a = group_->areas[static_cast<size_t>(local_index)];
+    return small_ ? a.slot(static_cast<int>(id_ % transport::kAreaSlots))
+                  : a.small_slot(static_cast<int>(id_ % transport::kSmallSlots));
+  }
+  uint8_t* data_of(int local_index) const {
+    const transport::AreaView& a = group_->areas[static_cast<size_t>(local_index)];
+    return small_ ? a.small_data(slot_) : a.data(slot_);
+  }
+  // True once local rank p has published this id in the other ring: it runs
+  // another collective (CheckSignature then names it).
+  bool InOtherRing(int local_index) const {
+    return other_ring_header(local_index)->id.load(std::memory_order_acquire) == id_;
+  }
+  Status OtherRingMismatch(int local_index) const;
 
   Context* ctx_;
   transport::LocalGroup* group_;
   uint64_t id_;
+  bool small_;
+  int depth_;  // slots in this operation's ring
   int slot_;
   // Whose slots this operation read: kReadNone, kReadAll or one local index
   // (FinishReads prefetches those peers' next slots, and only those).

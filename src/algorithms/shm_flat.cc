@@ -91,7 +91,7 @@ namespace {
 // Every rank publishes its input; the ranks that want the result (all of
 // them for allreduce, the root for reduce) combine every slot.
 Status ReduceSlots(Context& c, const OpArgs& a, bool want_result) {
-  AreaOp op(c);
+  AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t bytes = a.count * c.elem_size();
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   Copy(op.my_data(), a.send, bytes);
@@ -113,7 +113,7 @@ Status AllreduceFlat(Context& c, const OpArgs& a) { return ReduceSlots(c, a, tru
 Status ReduceFlat(Context& c, const OpArgs& a) { return ReduceSlots(c, a, c.rank() == a.root); }
 
 Status ReduceScatterFlat(Context& c, const OpArgs& a) {
-  AreaOp op(c);
+  AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t block = a.count * c.elem_size();
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   Copy(op.my_data(), a.send, block * static_cast<size_t>(op.size()));
@@ -127,7 +127,7 @@ Status ReduceScatterFlat(Context& c, const OpArgs& a) {
 }
 
 Status BroadcastFlat(Context& c, const OpArgs& a) {
-  AreaOp op(c);
+  AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t bytes = a.count * c.elem_size();
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   if (c.rank() == a.root) {
@@ -144,7 +144,7 @@ Status BroadcastFlat(Context& c, const OpArgs& a) {
 }
 
 Status AllgatherFlat(Context& c, const OpArgs& a) {
-  AreaOp op(c);
+  AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t es = c.elem_size();
   const int n = op.size();
   const BlockLayout blocks(a, n);
@@ -165,7 +165,7 @@ Status AllgatherFlat(Context& c, const OpArgs& a) {
 }
 
 Status GatherFlat(Context& c, const OpArgs& a) {
-  AreaOp op(c);
+  AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t block = a.count * c.elem_size();
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   Copy(op.my_data(), a.send, block);
@@ -180,7 +180,7 @@ Status GatherFlat(Context& c, const OpArgs& a) {
 }
 
 Status ScatterFlat(Context& c, const OpArgs& a) {
-  AreaOp op(c);
+  AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t block = a.count * c.elem_size();
   const bool root = c.rank() == a.root;
   CHOIR_RETURN_IF_ERROR(op.Acquire());
@@ -200,7 +200,7 @@ Status ScatterFlat(Context& c, const OpArgs& a) {
 // every slot is for rank p, at p * count, so a rank reads its block from each
 // slot directly; equal counts are part of the signature WaitAll checks.
 Status AlltoallFlat(Context& c, const OpArgs& a) {
-  AreaOp op(c);
+  AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t block = a.count * c.elem_size();
   const size_t n = static_cast<size_t>(op.size());
   const size_t mine = static_cast<size_t>(c.rank()) * block;
@@ -214,8 +214,8 @@ Status AlltoallFlat(Context& c, const OpArgs& a) {
   return Status::Ok();
 }
 
-Status BarrierFlat(Context& c, const OpArgs&) {
-  AreaOp op(c);
+Status BarrierFlat(Context& c, const OpArgs& a) {
+  AreaOp op(c, FlatSlotBytes(a, c.size()));
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   op.Publish(0);
   CHOIR_RETURN_IF_ERROR(op.WaitAll());

@@ -586,6 +586,26 @@ TEST(CommFailureTest, DisagreeingAlltoallvSplitsAreAMismatch) {
   }
 }
 
+// A small allreduce (80 bytes: the deep ring of small slots) against a larger
+// one (8000 bytes: a full slot) on the same step: each rank sees the other's
+// publication in its other ring and reports the mismatch at once, not after
+// a timeout (the stall check, which would also find it, is set beyond the
+// deadline here).
+TEST(CommFailureTest, CollectivesInDifferentSlotRingsAreAMismatchAtOnce) {
+  params::ScopedOverride stall("CHOIR_STALL_SECONDS", "60");
+  for (int n : {2, 3}) {
+    auto results = RunRanks(n, [](Communicator& comm) -> Status {
+      std::vector<int64_t> v(1000, 1);
+      const size_t count = comm.rank() == 0 ? 10 : 1000;
+      const Status s = comm.Allreduce(v.data(), v.data(), count, DataType::kInt64, ReduceOp::kSum).Wait();
+      if (s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "want E401, got " + s.ToString());
+      return Status::Ok();
+    }, Opts("shm", 10s));
+    SCOPED_TRACE(n);
+    ExpectAllOk(results);
+  }
+}
+
 TEST(CommFailureTest, DifferentOrderIsAMismatch) {
   auto results = RunRanks(2, [](Communicator& comm) -> Status {
     std::vector<float> v(64, 1.0f);
@@ -721,13 +741,14 @@ TEST(CommTest, AsyncOperationsCompleteInOrder) {
 }
 
 // The ranks that do not wait for their peers (a broadcast or scatter root,
-// the senders of a reduce or gather) run up to kAreaSlots operations ahead
-// through the shared slots. In each phase one collective runs 30 times in a
-// row with one root, and one waiting rank sleeps now and then, so the others
-// fill every slot and must wait for one to come free; a fifth kind of phase
-// runs a flat allreduce and then nine broadcasts at once (the root reuses
-// slots on what the allreduce told it, without reading read_done). Every
-// value must still be its own operation's.
+// the senders of a reduce or gather) run up to a ring's depth of operations
+// ahead through the shared slots (64 small ones for these payloads). In each
+// phase one collective runs 150 times in a row with one root, and one
+// waiting rank sleeps now and then, so the others fill every slot and must
+// wait for one to come free; a fifth kind of phase runs an allreduce in the
+// ring of full slots and then nine broadcasts in the small ring (the root
+// reuses slots on what the allreduce told it, without reading read_through).
+// Every value must still be its own operation's.
 TEST(CommSlotTest, RanksRunningAheadNeverOverwriteUnreadSlots) {
   for (int n : {2, 3}) {
     auto results = RunRanks(n, [n](Communicator& comm) -> Status {
@@ -736,7 +757,7 @@ TEST(CommSlotTest, RanksRunningAheadNeverOverwriteUnreadSlots) {
         const int root = (phase / 5) % n;
         const int kind = phase % 5;  // broadcast, scatter (root runs ahead), reduce, gather (senders do), mixed
         const bool sleeper = kind == 2 || kind == 3 ? me == root : me == (root + 1) % n;
-        for (int64_t round = 0; round < 30; ++round) {
+        for (int64_t round = 0; round < 150; ++round) {
           const std::string where = "phase " + std::to_string(phase) + " round " + std::to_string(round);
           if (sleeper && round % 10 == 3) std::this_thread::sleep_for(2ms);
           const int64_t tag = phase * 1000 + round;

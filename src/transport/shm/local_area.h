@@ -1,6 +1,6 @@
-// The same-host collective area: a few control lines and kAreaSlots data
-// slots per rank, in the rank's own shared segment, read directly by every other rank
-// of the host.
+// The same-host collective area: a few control lines, kAreaSlots data slots
+// and kSmallSlots small ones per rank, in the rank's own shared segment, read
+// directly by every other rank of the host.
 //
 // Small collectives (shm_flat) work by publishing: each rank writes its input
 // into a slot and bumps the slot's id; the others read it in place, so an
@@ -10,20 +10,26 @@
 // straight from the owner's memory) when the kernel allows it.
 //
 // Ids: every participating rank runs the same sequence of area operations,
-// numbered 1, 2, 3... Operation k uses slot k % kAreaSlots. Before writing
-// slot b for operation k a rank waits until every peer has finished reading
-// that slot for the previous operation that used it (read_done[b]). Several
-// slots let a rank that does not wait for its peers (a broadcast root, the
-// senders of a reduce or gather) run that many operations ahead, so a stream
-// of one-directional collectives is paced by the slowest rank's work, not by
-// round trips between the caches.
+// numbered 1, 2, 3... An operation whose payload fits kSmallSlotPayload uses
+// small slot k % kSmallSlots, any other slot k % kAreaSlots; every rank
+// derives the same choice from the collective's arguments. A rank finishes
+// operations in order and then raises `read_through` to k, so before
+// writing a slot of a ring of depth D for operation k a rank waits until
+// every peer's read_through reached k - D: the previous operation that used
+// the slot has been read. Several slots let a rank that does not wait for
+// its peers (a broadcast root, the senders of a reduce or gather) run that
+// many operations ahead, so a stream of one-directional collectives is paced
+// by the slowest rank's work, not by round trips between the caches; the
+// small ring is deep (64) because a stream of tiny collectives gains most
+// from it (ranks that share cores switch less often) and costs little memory.
 //
 // Large collectives without process_vm_readv, or where streaming through the
 // caches beats it (shm_pipe), stage chunks in the area's pipe: a region the
 // owner writes and every peer reads while it is still cache-resident.
 //
 // Layout (docs/protocols.md, "Shared-memory segment"):
-//   AreaCtl (256 B) | slot 0: SlotHeader (32 B) + data | slot 1: ... | pipe
+//   AreaCtl (256 B) | slot 0: SlotHeader (32 B) + data | slot 1: ... |
+//   small slot 0: SlotHeader + 480 B | ... small slot 63 | pipe
 // Slot data starts inside the header's cache line, so payloads of up to 32
 // bytes travel with their id in a single line.
 //
@@ -39,9 +45,11 @@
 namespace choir::transport {
 
 inline constexpr int kAreaSlots = 8;
+inline constexpr int kSmallSlots = 64;
+inline constexpr size_t kSmallSlotStride = 512;
 
 struct alignas(64) AreaCtl {
-  alignas(64) std::atomic<uint64_t> read_done[kAreaSlots];  // per slot: last op id whose reads of it finished
+  alignas(64) std::atomic<uint64_t> read_through;  // last op id whose slot reads finished (ops finish in order)
   alignas(64) std::atomic<uint64_t> progress;      // (op id << 24) | chunks of this rank's share finished
   alignas(64) std::atomic<uint64_t> finished;      // last op id this rank finished (peers may reuse buffers)
   alignas(64) std::atomic<uint64_t> consumed;      // (op id << 24) | pipe steps whose peer stages this rank has read
@@ -57,6 +65,8 @@ struct SlotHeader {
 static_assert(sizeof(SlotHeader) == 32);
 
 inline constexpr size_t kAreaCtlBytes = 256;
+// Payload a small slot holds.
+inline constexpr size_t kSmallSlotPayload = kSmallSlotStride - sizeof(SlotHeader);
 inline constexpr int kProgressShift = 24;
 inline constexpr uint64_t kProgressMask = (uint64_t{1} << kProgressShift) - 1;
 
@@ -71,7 +81,7 @@ inline size_t SlotStride(size_t slot_bytes) { return (sizeof(SlotHeader) + SlotC
 // Bytes of one rank's area for `slot_bytes` of payload per slot and a pipe
 // of `pipe_bytes`.
 inline size_t AreaBytes(size_t slot_bytes, size_t pipe_bytes) {
-  return kAreaCtlBytes + kAreaSlots * SlotStride(slot_bytes) + pipe_bytes;
+  return kAreaCtlBytes + kAreaSlots * SlotStride(slot_bytes) + kSmallSlots * kSmallSlotStride + pipe_bytes;
 }
 
 // A view of one rank's area (own or a peer's).
@@ -86,12 +96,17 @@ class AreaView {
     return reinterpret_cast<SlotHeader*>(base_ + kAreaCtlBytes + static_cast<size_t>(b) * SlotStride());
   }
   uint8_t* data(int b) const { return reinterpret_cast<uint8_t*>(slot(b)) + sizeof(SlotHeader); }
+  SlotHeader* small_slot(int b) const {
+    return reinterpret_cast<SlotHeader*>(base_ + kAreaCtlBytes + kAreaSlots * SlotStride() +
+                                         static_cast<size_t>(b) * kSmallSlotStride);
+  }
+  uint8_t* small_data(int b) const { return reinterpret_cast<uint8_t*>(small_slot(b)) + sizeof(SlotHeader); }
   // Payload limit of the small-message algorithms (CHOIR_SHM_SLOT_BYTES).
   size_t slot_bytes() const { return slot_bytes_; }
   // What a slot can hold (at least kSlotMinCapacity).
   size_t slot_capacity() const { return SlotCapacity(slot_bytes_); }
   // 64-byte aligned.
-  uint8_t* pipe() const { return base_ + kAreaCtlBytes + kAreaSlots * SlotStride(); }
+  uint8_t* pipe() const { return base_ + kAreaCtlBytes + kAreaSlots * SlotStride() + kSmallSlots * kSmallSlotStride; }
   size_t pipe_bytes() const { return pipe_bytes_; }
   bool valid() const { return base_ != nullptr; }
 

@@ -30,8 +30,8 @@ struct LocalGroup {
   // every local peer has finished reading: every peer finished reading the
   // slots of every operation up to `read_by_all`. Raised by AreaOp::WaitAll
   // (a rank publishes operation k only after it finished reading the slots
-  // of k-1, so seeing k from everyone proves k-1 read) and by the read_done
-  // values AreaOp::Acquire had to read.
+  // of k-1, so seeing k from everyone proves k-1 read) and by the
+  // read_through values AreaOp::Acquire had to read.
   uint64_t read_by_all = 0;
   PeerBufferMaps peer_buffers;          // local peers' SharedBuffers mapped here
 

@@ -108,11 +108,12 @@ Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int ra
   auto seg = std::unique_ptr<Segment>(new Segment(name, base, bytes, /*owner=*/true));
   const AreaView area = seg->area();
   auto* actl = new (area.ctl()) AreaCtl();
-  for (auto& done : actl->read_done) done.store(0);
+  actl->read_through.store(0);
   actl->progress.store(0);
   actl->finished.store(0);
   actl->consumed.store(0);
   for (int b = 0; b < kAreaSlots; ++b) new (area.slot(b)) SlotHeader{{0}, 0, 0, 0};
+  for (int b = 0; b < kSmallSlots; ++b) new (area.small_slot(b)) SlotHeader{{0}, 0, 0, 0};
   for (int s = 0; s < num_slots; ++s) {
     auto* ctl = new (seg->ring_ctl(s)) RingCtl();
     ctl->head.store(0);
