@@ -77,15 +77,15 @@ Status AreaOp::CheckSignature(int p) const {
 
 Status AreaOp::OtherRingMismatch(int p) const {
   const transport::SlotHeader* h = other_ring_header(p);
-  Status s = ctx_->Mismatch(h->sig, h->count, group_->ranks[static_cast<size_t>(p)]);
-  if (s.ok()) {
-    // Equal signatures in different rings: the ranks' own settings put the
-    // payload on different sides of the small-slot limit.
-    s = Status(Code::kCollectiveMismatch,
-               fmt::format("rank {} published this collective in its other ring of shared slots: the ranks "
-                           "disagree about its payload", group_->ranks[static_cast<size_t>(p)]));
+  if (h->sig != ctx_->sig_word() || h->count != ctx_->sig_count()) {
+    return ctx_->Mismatch(h->sig, h->count, group_->ranks[static_cast<size_t>(p)]);
   }
-  return s;
+  // Equal signatures, different rings: the ranks disagree about the payload
+  // (uneven counts that differ between ranks).
+  return Status(Code::kCollectiveMismatch,
+                fmt::format("rank {} published this collective in its other ring of shared slots: the ranks "
+                            "disagree about its payload (the per-rank counts differ between ranks)",
+                            group_->ranks[static_cast<size_t>(p)]));
 }
 
 Status AreaOp::WaitFor(int p, uint64_t reads) {

@@ -288,11 +288,10 @@ std::vector<int> CpusFromHello(const std::string& text) {
   return cpus;
 }
 
-int OnlineCpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-}
+// The host's online CPUs: the same number in every process of the host
+// (unlike a process's own affinity), so that every local rank reaches the
+// same verdict on sharing cores when some rank's CPUs are unknown.
+int HostCpus() { return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)); }
 
 }  // namespace
 
@@ -365,7 +364,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   co.tcp_streams = static_cast<int>(std::clamp<int64_t>(params::GetInt(params::Id::kTcpStreams), 1, 64));
   co.tcp_stripe_bytes = params::GetBytes(params::Id::kTcpStripeBytes);
   co.allow_cma = params::GetString(params::Id::kShmCma) != "off";
-  const bool oversubscribed = transport::RanksCompeteForCpus(local_cpus, OnlineCpus());
+  const bool oversubscribed = transport::RanksCompeteForCpus(local_cpus, HostCpus());
   // Ranks that outnumber the cores must never burn a core a peer needs.
   co.wait.spin_ns = oversubscribed ? 0 : params::GetInt(params::Id::kSpinMicros) * 1000;
   co.wait.yield_ns = co.wait.spin_ns + params::GetInt(params::Id::kYieldMicros) * 1000;

@@ -500,6 +500,10 @@ TEST(CommFailureTest, LocalValidationCodes) {
          return c.AllgatherV(v.data(), 1, v.data(), counts, DataType::kInt32);
        }, Code::kBufferTooSmall},
       {[](Communicator& c, auto& v) { return c.Recv(v.data(), 4, DataType::kInt32, 0, -5); }, Code::kInvalidRank},
+      {[](Communicator& c, auto& v) {  // the block a rank keeps must not change length
+         const size_t send_counts[] = {3}, recv_counts[] = {4};
+         return c.AlltoallV(v.data(), send_counts, v.data() + 4, recv_counts, DataType::kInt32);
+       }, Code::kBufferTooSmall},
   };
   for (size_t i = 0; i < bad.size(); ++i) {
     auto r = RunRanks(1, [&](Communicator& comm) -> Status {

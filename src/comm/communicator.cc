@@ -54,6 +54,14 @@ Status CommImpl::Validate(const OpArgs& a) const {
                   fmt::format("send_count {} differs from recv_counts[{}] = {}", a.count, rank_,
                               a.recv_counts[static_cast<size_t>(rank_)]));
   }
+  if (a.kind == CollKind::kAlltoallV &&
+      a.send_counts[static_cast<size_t>(rank_)] != a.recv_counts[static_cast<size_t>(rank_)]) {
+    // The block a rank keeps for itself: no peer can disagree about it.
+    return Status(Code::kBufferTooSmall,
+                  fmt::format("send_counts[{}] = {} differs from recv_counts[{}] = {} (the block this rank keeps)",
+                              rank_, a.send_counts[static_cast<size_t>(rank_)], rank_,
+                              a.recv_counts[static_cast<size_t>(rank_)]));
+  }
   if (a.kind == CollKind::kAlltoallV && a.send == a.recv && a.send_counts != a.recv_counts) {
     return InvalidArgument("in-place AlltoallV needs send_counts equal to recv_counts");
   }
