@@ -15,7 +15,15 @@
 //   allgather       read N/n (its block, once), write N (n copies of it,
 //                   chunk by chunk from the cache)
 // A collective that also moves data between processes can only be slower.
+//
+// One more row is not a ceiling but a floor of its own: allgather_cma, an
+// allgather of ordinary (heap) buffers that moves every peer byte once
+// through the kernel, as choir's cma and the MPIs' cross-memory attach do —
+// each rank copies its block into its output and process_vm_readv's every
+// peer's block straight out of that peer's input, all ranks at once, with
+// no synchronization. No single-copy heap allgather can beat it.
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +51,8 @@ constexpr size_t kChunk = 256 * 1024;  // fits the L2 cache
 
 struct Shared {
   std::atomic<int> arrived;
+  std::atomic<int> pid[64];
+  std::atomic<uint64_t> input[64];  // each rank's input address (allgather_cma)
   double seconds[64][256];  // [rank][iteration]
 };
 
@@ -52,9 +62,32 @@ void Barrier(Shared* s, int ranks, int round) {
   }
 }
 
+// Reads `bytes` at `remote` in process `pid` into `local` (looping over
+// partial reads); false when the kernel refuses.
+bool ReadRemote(int pid, uint8_t* local, uint64_t remote, size_t bytes) {
+  while (bytes > 0) {
+    iovec l{local, bytes};
+    iovec r{reinterpret_cast<void*>(remote), bytes};
+    const ssize_t m = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (m <= 0) return false;
+    local += m;
+    remote += static_cast<uint64_t>(m);
+    bytes -= static_cast<size_t>(m);
+  }
+  return true;
+}
+
 // One rank's least work for `op` on `bytes`.
-void Work(const std::string& op, int n, size_t bytes, const uint8_t* in, uint8_t* out) {
+bool Work(const std::string& op, int n, int rank, size_t bytes, const uint8_t* in, uint8_t* out, Shared* s) {
   const size_t block = bytes / static_cast<size_t>(n) / 64 * 64;
+  if (op == "allgather_cma") {
+    CopyBytes(out + static_cast<size_t>(rank) * block, in, block, /*nontemporal=*/block >= (4u << 20));
+    for (int k = 1; k < n; ++k) {
+      const int p = (rank + k) % n;
+      if (!ReadRemote(s->pid[p].load(), out + static_cast<size_t>(p) * block, s->input[p].load(), block)) return false;
+    }
+    return true;
+  }
   if (op == "allreduce") {
     CopyBytes(out, in, bytes, /*nontemporal=*/true);
   } else if (op == "reduce_scatter") {
@@ -67,10 +100,11 @@ void Work(const std::string& op, int n, size_t bytes, const uint8_t* in, uint8_t
       for (int p = 0; p < n; ++p) CopyBytes(out + static_cast<size_t>(p) * block + done, in + done, m, true);
     }
   }
+  return true;
 }
 
 double BusFactor(const std::string& op, int n) {
-  return op == "allreduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
+  return op == "allreduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;  // allgather(_cma), reduce_scatter
 }
 
 }  // namespace
@@ -99,7 +133,7 @@ int main(int argc, char** argv) {
   std::printf("# memory ceiling: %d processes, kernels %s; busbw as nccl-tests, median over %d iterations (slowest process)\n",
               ranks, choir::kernels::ActiveIsa(), iters);
   std::printf("# %-15s %12s %10s %10s\n", "op", "bytes", "time(us)", "busbw");
-  for (const std::string op : {"allreduce", "reduce_scatter", "allgather"}) {
+  for (const std::string op : {"allreduce", "reduce_scatter", "allgather", "allgather_cma"}) {
     for (const std::string& text : choir::strings::Split(sizes, ',')) {
       auto parsed = choir::strings::ParseBytes(text);
       if (!parsed || *parsed < 4096) {
@@ -119,17 +153,32 @@ int main(int argc, char** argv) {
           auto* out = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
           std::memset(in, 1, bytes);
           std::memset(out, 0, bytes);
+          s->pid[r].store(getpid());
+          s->input[r].store(reinterpret_cast<uint64_t>(in));
+          bool ok = true;
           for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
             Barrier(s, ranks, it + 1);
             const auto t0 = std::chrono::steady_clock::now();
-            Work(op, ranks, bytes, in, out);
+            ok = Work(op, ranks, r, bytes, in, out, s) && ok;
             if (it > 0) s->seconds[r][it - 1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           }
-          _exit(0);
+          // Peers may still read this rank's input: leave together.
+          Barrier(s, ranks, iters + 2);
+          _exit(ok ? 0 : 3);
         }
         children.push_back(pid);
       }
-      for (pid_t pid : children) waitpid(pid, nullptr, 0);
+      bool refused = false;
+      for (pid_t pid : children) {
+        int status = 0;
+        waitpid(pid, &status, 0);
+        refused = refused || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+      }
+      if (refused) {
+        std::printf("  %-15s %12zu %10s %10s  (process_vm_readv refused here)\n", op.c_str(), bytes, "-", "-");
+        munmap(s, sizeof(Shared));
+        continue;
+      }
       std::vector<double> slowest(static_cast<size_t>(iters));
       for (int it = 0; it < iters; ++it) {
         for (int r = 0; r < ranks; ++r) slowest[static_cast<size_t>(it)] = std::max(slowest[static_cast<size_t>(it)], s->seconds[r][it]);
