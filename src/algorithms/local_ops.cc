@@ -101,7 +101,7 @@ Status AreaOp::WaitFor(int p, uint64_t reads) {
   if (elsewhere) return OtherRingMismatch(p);
   CHOIR_RETURN_IF_ERROR(CheckSignature(p));
   ctx_->CountSharedRead(p, std::min<uint64_t>(reads, h->bytes));
-  read_from_ = read_from_ == kReadNone ? p : kReadAll;
+  read_from_ = read_from_ == kReadNone || read_from_ == p ? p : kReadAll;
   return Status::Ok();
 }
 
