@@ -180,11 +180,13 @@ inline constexpr size_t kStreamingBytes = 4u << 20;     // larger outputs bypass
 inline constexpr size_t kDirectCopyMaxBytes = 64u << 20;
 // Where shm_pipe takes over from cma (payload bytes of the whole buffer), when
 // process_vm_readv is allowed. With a core per rank, cma's kernel copies run
-// in parallel and win up to 8 MiB (allreduce; 1.2-1.5x at 4-8 MiB) and
-// 32 MiB (allgather; 1.2-1.4x at 8-16 MiB, even at 32 MiB); from 16 and
-// 64 MiB the pipe's single pass over memory wins (1.2-1.35x). When the ranks
-// share cores, cma's waits for its peers cost time slices and the pipe wins
-// from 1 MiB (allgather 4 MiB): docs/performance.md, "cma or shm_pipe".
+// in parallel and win below 16 MiB for allreduce (1.5x at 4 MiB, 0.95-1.24x
+// in three passes at 8 MiB) and below 64 MiB for allgather (1.0-1.4x at
+// 8-16 MiB, even at 32 MiB); from there the pipe's single pass over memory
+// wins (allreduce 16 MiB 1.08-1.27x, allgather 64 MiB 1.27-1.30x). When the
+// ranks share cores, cma's waits for its peers cost time slices and the
+// pipe wins from 1 MiB (allgather 4 MiB): docs/performance.md, "cma or
+// shm_pipe".
 size_t PipeMinBytesWithCma(CollKind kind, bool ranks_share_cpus);
 inline constexpr size_t kRootShareMinBytes = 256 * 1024;  // a broadcast root writes a share from here on
 // With every rank's buffers in SharedBuffers, the owner of a slice always
