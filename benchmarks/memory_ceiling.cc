@@ -23,7 +23,6 @@
 // peer's block straight out of that peer's input, all ranks at once, with
 // no synchronization. No single-copy heap allgather can beat it.
 #include <sys/mman.h>
-#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/local_ops.h"
 #include "base/strings.h"
 #include "kernels/reduce.h"
 
@@ -62,21 +62,6 @@ void Barrier(Shared* s, int ranks, int round) {
   }
 }
 
-// Reads `bytes` at `remote` in process `pid` into `local` (looping over
-// partial reads); false when the kernel refuses.
-bool ReadRemote(int pid, uint8_t* local, uint64_t remote, size_t bytes) {
-  while (bytes > 0) {
-    iovec l{local, bytes};
-    iovec r{reinterpret_cast<void*>(remote), bytes};
-    const ssize_t m = process_vm_readv(pid, &l, 1, &r, 1, 0);
-    if (m <= 0) return false;
-    local += m;
-    remote += static_cast<uint64_t>(m);
-    bytes -= static_cast<size_t>(m);
-  }
-  return true;
-}
-
 // One rank's least work for `op` on `bytes`.
 bool Work(const std::string& op, int n, int rank, size_t bytes, const uint8_t* in, uint8_t* out, Shared* s) {
   const size_t block = bytes / static_cast<size_t>(n) / 64 * 64;
@@ -84,7 +69,10 @@ bool Work(const std::string& op, int n, int rank, size_t bytes, const uint8_t* i
     CopyBytes(out + static_cast<size_t>(rank) * block, in, block, /*nontemporal=*/block >= (4u << 20));
     for (int k = 1; k < n; ++k) {
       const int p = (rank + k) % n;
-      if (!ReadRemote(s->pid[p].load(), out + static_cast<size_t>(p) * block, s->input[p].load(), block)) return false;
+      if (!choir::algorithms::ReadRemote(s->pid[p].load(), p, out + static_cast<size_t>(p) * block, s->input[p].load(),
+                                         block).ok()) {
+        return false;
+      }
     }
     return true;
   }

@@ -67,8 +67,7 @@ void AreaOp::Publish(uint64_t bytes) {
   group_->NotifyPeers();
 }
 
-Status AreaOp::CheckSignature(int p) const {
-  const transport::SlotHeader* h = header(p);
+Status AreaOp::CheckSignature(int p, const transport::SlotHeader* h) const {
   if (h->sig != ctx_->sig_word() || h->count != ctx_->sig_count()) {
     return ctx_->Mismatch(h->sig, h->count, group_->ranks[static_cast<size_t>(p)]);
   }
@@ -76,10 +75,7 @@ Status AreaOp::CheckSignature(int p) const {
 }
 
 Status AreaOp::OtherRingMismatch(int p) const {
-  const transport::SlotHeader* h = other_ring_header(p);
-  if (h->sig != ctx_->sig_word() || h->count != ctx_->sig_count()) {
-    return ctx_->Mismatch(h->sig, h->count, group_->ranks[static_cast<size_t>(p)]);
-  }
+  CHOIR_RETURN_IF_ERROR(CheckSignature(p, other_ring_header(p)));
   // Equal signatures, different rings: the ranks disagree about the payload
   // (uneven counts that differ between ranks).
   return Status(Code::kCollectiveMismatch,
@@ -99,7 +95,7 @@ Status AreaOp::WaitFor(int p, uint64_t reads) {
     return !elsewhere;
   }, "to arrive (same-host slot)", /*marks_data=*/true));
   if (elsewhere) return OtherRingMismatch(p);
-  CHOIR_RETURN_IF_ERROR(CheckSignature(p));
+  CHOIR_RETURN_IF_ERROR(CheckSignature(p, h));
   ctx_->CountSharedRead(p, std::min<uint64_t>(reads, h->bytes));
   read_from_ = read_from_ == kReadNone || read_from_ == p ? p : kReadAll;
   return Status::Ok();
@@ -120,7 +116,7 @@ Status AreaOp::WaitAll(uint64_t reads) {
   read_from_ = kReadAll;
   for (int p = 0; p < size(); ++p) {
     if (p == me()) continue;
-    CHOIR_RETURN_IF_ERROR(CheckSignature(p));
+    CHOIR_RETURN_IF_ERROR(CheckSignature(p, header(p)));
     ctx_->CountSharedRead(p, std::min<uint64_t>(reads, bytes(p)));
   }
   return Status::Ok();

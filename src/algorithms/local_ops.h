@@ -96,7 +96,8 @@ class AreaOp {
   // message ("rank 3, rank 5 <to_do>"). `marks_data`: peers' data arrives
   // (Endpoint::WaitLocal, the late-arrival metric).
   Status Wait(absl::FunctionRef<bool(int local_index)> owes, const char* to_do, bool marks_data = false);
-  Status CheckSignature(int local_index) const;
+  // The signature in `h` (local rank p's slot) against this collective's.
+  Status CheckSignature(int local_index, const transport::SlotHeader* h) const;
   // This operation's slot of local rank p, and the slot with the same id in
   // the other ring (where a rank that called another collective published).
   transport::SlotHeader* header(int local_index) const {

@@ -82,21 +82,32 @@ TEST(PlanTest, RankOnNoHostIsAnError) {
   EXPECT_FALSE(ExplainPlan(t).ok());
 }
 
-// Where shm_pipe takes over from cma on one host with single copy allowed:
-// later when every rank has a core (16 MiB allreduce, 64 MiB allgather),
-// earlier when the ranks share cores (1 and 4 MiB); without single copy,
-// from the first size above the slots.
-TEST(PipeThresholdTest, DependsOnTheCollectiveAndOnSharedCores) {
+// Two ranks on one host with single copy allowed and the default slots and pipe.
+algorithms::GroupView TwoRanksOneHost() {
   algorithms::GroupView g;
   g.size = 2;
   g.same_host = true;
   g.cma = true;
   g.slot_bytes = 64 << 10;
   g.pipe_bytes = 4 << 20;
+  return g;
+}
+
+algorithms::OpArgs Float32Args(algorithms::CollKind kind) {
+  algorithms::OpArgs a;
+  a.kind = kind;
+  a.dtype = DataType::kFloat32;
+  return a;
+}
+
+// Where shm_pipe takes over from cma on one host with single copy allowed:
+// later when every rank has a core (16 MiB allreduce, 64 MiB allgather),
+// earlier when the ranks share cores (1 and 4 MiB); without single copy,
+// from the first size above the slots.
+TEST(PipeThresholdTest, DependsOnTheCollectiveAndOnSharedCores) {
+  algorithms::GroupView g = TwoRanksOneHost();
   auto usable = [&](algorithms::CollKind kind, uint64_t bytes) {
-    algorithms::OpArgs a;
-    a.kind = kind;
-    a.dtype = DataType::kFloat32;
+    algorithms::OpArgs a = Float32Args(kind);
     a.count = static_cast<size_t>(bytes / 4 / (kind == algorithms::CollKind::kAllgather ? 2 : 1));
     return algorithms::PipeUsable(g, a);
   };
@@ -121,16 +132,9 @@ TEST(PipeThresholdTest, DependsOnTheCollectiveAndOnSharedCores) {
 // Where shm_flat hands over to cma with single copy allowed: per
 // collective, later when the ranks share cores, never beyond the slots.
 TEST(FlatThresholdTest, DependsOnTheCollectiveAndOnSharedCores) {
-  algorithms::GroupView g;
-  g.size = 2;
-  g.same_host = true;
-  g.cma = true;
-  g.slot_bytes = 64 << 10;
-  g.pipe_bytes = 4 << 20;
+  algorithms::GroupView g = TwoRanksOneHost();
   auto usable = [&](algorithms::CollKind kind, uint64_t bytes) {
-    algorithms::OpArgs a;
-    a.kind = kind;
-    a.dtype = DataType::kFloat32;
+    algorithms::OpArgs a = Float32Args(kind);
     a.count = static_cast<size_t>(bytes / 4);
     return algorithms::FlatUsable(g, a);
   };

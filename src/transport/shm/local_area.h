@@ -20,8 +20,9 @@
 // its peers (a broadcast root, the senders of a reduce or gather) run that
 // many operations ahead, so a stream of one-directional collectives is paced
 // by the slowest rank's work, not by round trips between the caches; the
-// small ring is deep (64) because a stream of tiny collectives gains most
-// from it (ranks that share cores switch less often) and costs little memory.
+// small ring is deep (64) because that measured faster for streams of tiny
+// collectives on ranks that share cores (docs/performance.md, "A deeper
+// ring") and costs 32 KiB per rank.
 //
 // Large collectives without process_vm_readv, or where streaming through the
 // caches beats it (shm_pipe), stage chunks in the area's pipe: a region the
@@ -97,8 +98,7 @@ class AreaView {
   }
   uint8_t* data(int b) const { return reinterpret_cast<uint8_t*>(slot(b)) + sizeof(SlotHeader); }
   SlotHeader* small_slot(int b) const {
-    return reinterpret_cast<SlotHeader*>(base_ + kAreaCtlBytes + kAreaSlots * SlotStride() +
-                                         static_cast<size_t>(b) * kSmallSlotStride);
+    return reinterpret_cast<SlotHeader*>(small_ring() + static_cast<size_t>(b) * kSmallSlotStride);
   }
   uint8_t* small_data(int b) const { return reinterpret_cast<uint8_t*>(small_slot(b)) + sizeof(SlotHeader); }
   // Payload limit of the small-message algorithms (CHOIR_SHM_SLOT_BYTES).
@@ -106,12 +106,13 @@ class AreaView {
   // What a slot can hold (at least kSlotMinCapacity).
   size_t slot_capacity() const { return SlotCapacity(slot_bytes_); }
   // 64-byte aligned.
-  uint8_t* pipe() const { return base_ + kAreaCtlBytes + kAreaSlots * SlotStride() + kSmallSlots * kSmallSlotStride; }
+  uint8_t* pipe() const { return small_ring() + kSmallSlots * kSmallSlotStride; }
   size_t pipe_bytes() const { return pipe_bytes_; }
   bool valid() const { return base_ != nullptr; }
 
  private:
   size_t SlotStride() const { return transport::SlotStride(slot_bytes_); }
+  uint8_t* small_ring() const { return base_ + kAreaCtlBytes + kAreaSlots * SlotStride(); }
   uint8_t* base_ = nullptr;
   size_t slot_bytes_ = 0;
   size_t pipe_bytes_ = 0;
