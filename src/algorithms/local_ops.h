@@ -196,7 +196,10 @@ inline constexpr size_t kRootShareMinBytes = 32 * 1024;
 // With every rank's buffers in SharedBuffers, the owner of a slice always
 // pushes it, and streaming stores pay off later for an allreduce than for an
 // allgather's copies (measured: docs/performance.md, "The SharedBuffer thresholds").
-inline constexpr size_t kSharedReduceStreamingBytes = 32u << 20;  // of the whole buffer
+// Ranks that share cores evict each other's caches and stream from 8 MiB
+// (docs/performance.md, "Mid-size calls").
+inline constexpr size_t kSharedReduceStreamingBytes = 32u << 20;          // of the whole buffer
+inline constexpr size_t kSharedReduceStreamingBytesSharedCpus = 8u << 20;  // the same, ranks sharing cores
 inline constexpr size_t kSharedGatherStreamingBytes = 2u << 20;   // of the whole output
 
 }  // namespace choir::algorithms
