@@ -190,7 +190,7 @@ inline constexpr size_t kDirectCopyMaxBytes = 64u << 20;
 // shm_pipe".
 size_t PipeMinBytesWithCma(CollKind kind, bool ranks_share_cpus);
 // An in-place broadcast root writes a share into every receiver from here
-// on (BroadcastCma). At 256 KiB before; the share measured 1.3x–1.5x faster
+// on (BroadcastCma). At 256 KiB before; the share measured 1.26x–1.54x faster
 // at 64–128 KiB too (docs/performance.md, "Mid-size calls").
 inline constexpr size_t kRootShareMinBytes = 32 * 1024;
 // With every rank's buffers in SharedBuffers, the owner of a slice always
