@@ -39,19 +39,7 @@ constexpr int kReducePieceSlot = 3;  // Scratch: not a slot of the steps (0) or 
 // slices at 64 KiB-4 MiB (docs/performance.md, "Mid-size calls").
 // The root's slice is a multiple of 16 elements long.
 Blocks ReduceSlices(size_t count, int n, int root) {
-  if (n == 1) return Blocks{{0, count}};
-  const double w = 1.0 + 1.0 / (1.2 * n - 1.0);
-  const size_t root_count =
-      std::min(count, static_cast<size_t>(static_cast<double>(count) * w / (w + (n - 1))) / 16 * 16);
-  const Blocks rest = EvenBlocks(count - root_count, n - 1);
-  Blocks slices;
-  size_t offset = 0;
-  for (int p = 0, j = 0; p < n; ++p) {
-    const size_t m = p == root ? root_count : rest[static_cast<size_t>(j++)].count;
-    slices.push_back({offset, m});
-    offset += m;
-  }
-  return slices;
+  return patterns::WeightedBlocks(count, n, root, 1.0 + 1.0 / (1.2 * n - 1.0), 16);
 }
 }  // namespace
 

@@ -30,6 +30,25 @@ inline Block EvenBlock(size_t count, int parts, int index) {
   return Block{offset, base + (i < extra ? 1 : 0)};
 }
 
+// `parts` contiguous blocks covering [0, count) where block `heavy` gets
+// `weight` times the share of each other block (weight >= 1), rounded down
+// to a multiple of `align` elements; the others split the rest as
+// EvenBlock does. parts >= 1, 0 <= heavy < parts, align >= 1.
+inline std::vector<Block> WeightedBlocks(size_t count, int parts, int heavy, double weight, size_t align) {
+  std::vector<Block> out;
+  if (parts == 1) return {Block{0, count}};
+  const double share = weight / (weight + static_cast<double>(parts - 1));
+  size_t big = static_cast<size_t>(static_cast<double>(count) * share) / align * align;
+  if (big > count) big = count;
+  size_t offset = 0;
+  for (int p = 0, j = 0; p < parts; ++p) {
+    const size_t n = p == heavy ? big : EvenBlock(count - big, parts - 1, j++).count;
+    out.push_back(Block{offset, n});
+    offset += n;
+  }
+  return out;
+}
+
 // Blocks given by explicit counts (the "v" variants): offsets are prefix sums.
 inline std::vector<Block> BlocksFromCounts(const std::vector<size_t>& counts) {
   std::vector<Block> out;

@@ -43,6 +43,50 @@ TEST(EvenBlockTest, CoversExactlyWithBalancedSizes) {
   }
 }
 
+TEST(WeightedBlocksTest, HeavyBlockGetsItsWeightAndTheRestSplitEvenly) {
+  // 2 parts, weight 3: the heavy block takes 3/4, rounded down to 16.
+  auto b = patterns::WeightedBlocks(1000, 2, 0, 3.0, 16);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0], (patterns::Block{0, 736}));
+  EXPECT_EQ(b[1], (patterns::Block{736, 264}));
+  // The heavy block in the middle; the others split the rest as EvenBlock.
+  b = patterns::WeightedBlocks(1001, 3, 1, 2.0, 1);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0], (patterns::Block{0, 251}));
+  EXPECT_EQ(b[1], (patterns::Block{251, 500}));
+  EXPECT_EQ(b[2], (patterns::Block{751, 250}));
+  // Weight 1 is an even split up to the alignment.
+  b = patterns::WeightedBlocks(64, 4, 3, 1.0, 1);
+  for (const auto& x : b) EXPECT_EQ(x.count, 16u);
+  EXPECT_EQ(b[3].offset, 48u);
+}
+
+TEST(WeightedBlocksTest, CoversExactlyForEveryShape) {
+  for (size_t count : {0, 1, 5, 15, 16, 17, 1000, 1 << 20}) {
+    for (int parts = 1; parts <= 6; ++parts) {
+      for (int heavy = 0; heavy < parts; ++heavy) {
+        for (double w : {1.0, 1.26, 1.71, 100.0}) {
+          const auto b = patterns::WeightedBlocks(count, parts, heavy, w, 16);
+          ASSERT_EQ(b.size(), static_cast<size_t>(parts));
+          size_t next = 0;
+          for (const auto& x : b) {
+            EXPECT_EQ(x.offset, next) << count << " " << parts << " " << heavy << " " << w;
+            next += x.count;
+          }
+          EXPECT_EQ(next, count);
+          if (parts > 1) {
+            EXPECT_EQ(b[static_cast<size_t>(heavy)].count % 16, 0u);
+          }
+        }
+      }
+    }
+  }
+  // Too few elements for one aligned piece: the heavy block is empty.
+  const auto tiny = patterns::WeightedBlocks(10, 2, 1, 1.71, 16);
+  EXPECT_EQ(tiny[1].count, 0u);
+  EXPECT_EQ(tiny[0], (patterns::Block{0, 10}));
+}
+
 TEST(BlocksFromCountsTest, PrefixSums) {
   const auto blocks = BlocksFromCounts({3, 0, 5, 1});
   ASSERT_EQ(blocks.size(), 4u);
