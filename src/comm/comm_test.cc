@@ -309,12 +309,13 @@ TEST(CommSelectionTest, RememberedChoiceNeverLeaksIntoOtherCalls) {
 }
 
 // Single-copy (cma) collectives on buffers large enough for the chunked and
-// streaming paths and the broadcast root's share, with odd sizes, every root.
+// streaming paths, the broadcast root's share and the gather's pushed and
+// pulled blocks, with odd sizes, every root.
 TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
   for (int n : {2, 3}) {
     auto results = RunRanks(n, [](Communicator& comm) -> Status {
       SweepOptions so;
-      so.ops = {"broadcast", "allreduce", "allgather", "reduce_scatter", "reduce"};
+      so.ops = {"broadcast", "allreduce", "allgather", "reduce_scatter", "reduce", "gather"};
       so.dtypes = {DataType::kFloat32};
       so.counts = {300001, 1310733, 2200001};  // blocks below and above kStreamingBytes
       so.in_place = true;
@@ -334,7 +335,7 @@ TEST(CommSharedTest, SharedBuffersMatchReferenceAndAreReadDirectly) {
   for (int n : {2, 3, 4}) {
     auto results = RunRanks(n, [](Communicator& comm) -> Status {
       SweepOptions so;
-      so.ops = {"broadcast", "allreduce", "allgather", "reduce_scatter", "reduce", "alltoall"};
+      so.ops = {"broadcast", "allreduce", "allgather", "reduce_scatter", "reduce", "alltoall", "gather"};
       so.dtypes = {DataType::kFloat32};
       so.counts = {70001, 300001, 2200001};
       so.all_reduce_ops = false;

@@ -8,6 +8,7 @@
 #ifndef CHOIR_ALGORITHMS_PATTERNS_BLOCKS_H_
 #define CHOIR_ALGORITHMS_PATTERNS_BLOCKS_H_
 
+#include <cassert>
 #include <cstddef>
 #include <vector>
 
@@ -31,15 +32,19 @@ inline Block EvenBlock(size_t count, int parts, int index) {
 }
 
 // `parts` contiguous blocks covering [0, count) where block `heavy` gets
-// `weight` times the share of each other block (weight >= 1), rounded down
-// to a multiple of `align` elements; the others split the rest as
-// EvenBlock does. parts >= 1, 0 <= heavy < parts, align >= 1.
+// `weight` times the share of each other block (weight clamped to
+// [1, 1e6]), rounded down to a multiple of `align` elements; the others
+// split the rest as EvenBlock does. parts >= 1, 0 <= heavy < parts,
+// align >= 1.
 inline std::vector<Block> WeightedBlocks(size_t count, int parts, int heavy, double weight, size_t align) {
-  std::vector<Block> out;
+  assert(parts >= 1 && heavy >= 0 && heavy < parts && align >= 1);
   if (parts == 1) return {Block{0, count}};
-  const double share = weight / (weight + static_cast<double>(parts - 1));
-  size_t big = static_cast<size_t>(static_cast<double>(count) * share) / align * align;
-  if (big > count) big = count;
+  const double w = weight >= 1.0 ? (weight <= 1e6 ? weight : 1e6) : 1.0;  // NaN -> 1
+  const double share = w / (w + static_cast<double>(parts - 1));
+  const double want = static_cast<double>(count) * share;
+  size_t big = want >= static_cast<double>(count) ? count : static_cast<size_t>(want);
+  big = big / align * align;
+  std::vector<Block> out;
   size_t offset = 0;
   for (int p = 0, j = 0; p < parts; ++p) {
     const size_t n = p == heavy ? big : EvenBlock(count - big, parts - 1, j++).count;

@@ -3,6 +3,7 @@
 // block holds) so that a wrong index shows up as a missing or doubled rank.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <set>
 #include <vector>
@@ -81,6 +82,10 @@ TEST(WeightedBlocksTest, CoversExactlyForEveryShape) {
       }
     }
   }
+  // Weights outside [1, 1e6] (or not a number) are clamped.
+  EXPECT_EQ(patterns::WeightedBlocks(100, 2, 0, 0.2, 1), patterns::WeightedBlocks(100, 2, 0, 1.0, 1));
+  EXPECT_EQ(patterns::WeightedBlocks(100, 2, 0, std::nan(""), 1), patterns::WeightedBlocks(100, 2, 0, 1.0, 1));
+  EXPECT_EQ(patterns::WeightedBlocks(100, 2, 1, 1e300, 1)[1].count, 99u);
   // Too few elements for one aligned piece: the heavy block is empty.
   const auto tiny = patterns::WeightedBlocks(10, 2, 1, 1.71, 16);
   EXPECT_EQ(tiny[1].count, 0u);
