@@ -102,6 +102,8 @@ double PredictHierBroadcast(const GroupView& g, const OpArgs& a);
 // Shared helpers.
 // dst <- src when they differ (no-op for in-place calls).
 void CopyIfDistinct(void* dst, const void* src, size_t bytes);
+// CopyIfDistinct uses streaming stores from this many bytes.
+inline constexpr size_t kCopyStreamingBytes = 8u << 20;
 // Divides `count` elements by the group size when the reduce op is avg.
 void FinishAverage(const Context& c, void* data, size_t count);
 

@@ -101,23 +101,34 @@ Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Bloc
   // Copies into SharedBuffers stream from a smaller size than CopyIfDistinct's.
   const bool shared = op.AllShared();
   const bool streaming = shared && total * es >= kSharedGatherStreamingBytes;
-  if (!shared) {
-    CopyIfDistinct(buf + mine.offset * es, own, mine.count * es);
-  } else if (buf + mine.offset * es != own) {
-    kernels::CopyBytes(buf + mine.offset * es, own, mine.count * es, streaming);
+  // A block under kStreamingBytes is pushed by its owner (process_vm_writev;
+  // about twice as fast at 256 KiB-1 MiB as the reader pulling it, see
+  // docs/performance.md); a larger one is pulled by each reader, whose copy
+  // can then use streaming stores. Into SharedBuffers the owner pushes
+  // every block, with streaming stores. Every rank derives the same choice
+  // from the block sizes and AllShared().
+  auto pushed = [&](int p) {
+    return shared || blocks[static_cast<size_t>(p)].count * es < kStreamingBytes;
+  };
+  // The owner copies its block into its own output and pushes it a
+  // cache-sized piece at a time, so that it reads its input from memory once
+  // (SharedBuffers 1.10x-1.35x faster from 4 MiB, heap 1.15x-1.18x at
+  // 1-4 MiB: docs/performance.md, "Mid-size calls").
+  const size_t bytes = mine.count * es;
+  uint8_t* my_dst = buf + mine.offset * es;
+  const bool own_streaming = shared ? streaming : bytes >= kCopyStreamingBytes;  // as CopyIfDistinct
+  constexpr size_t piece = kCmaChunkBytes / 2;
+  for (size_t off = 0; off < bytes; off += piece) {
+    const size_t m = std::min(piece, bytes - off);
+    if (my_dst != own) kernels::CopyBytes(my_dst + off, own + off, m, own_streaming);
+    for (int s = 1; s < op.size() && pushed(op.me()); ++s) {
+      const int p = (op.me() + s) % op.size();
+      CHOIR_RETURN_IF_ERROR(
+          CopyToPeer(op, p, bufs[static_cast<size_t>(p)].recv + mine.offset * es + off, own + off, m, streaming));
+    }
   }
-  // A block under kStreamingBytes is pushed by its owner, who has just
-  // written it (process_vm_writev; about twice as fast at 256 KiB-1 MiB as
-  // the reader pulling it, see docs/performance.md); a larger one is pulled
-  // by each reader, whose copy can then use streaming stores. Every rank
-  // derives the same choice from the block sizes.
-  auto pushed = [&](int p) { return blocks[static_cast<size_t>(p)].count * es < kStreamingBytes; };
   for (int s = 1; s < op.size(); ++s) {
     const int p = (op.me() + s) % op.size();
-    if (pushed(op.me()) && mine.count > 0) {
-      CHOIR_RETURN_IF_ERROR(
-          CopyToPeer(op, p, bufs[static_cast<size_t>(p)].recv + mine.offset * es, own, mine.count * es, streaming));
-    }
     const auto& b = blocks[static_cast<size_t>(p)];
     if (pushed(p)) {
       c.CountSharedRead(p, b.count * es);  // written here by its owner

@@ -81,7 +81,7 @@ const Algorithm* FindAlgorithm(CollKind kind, std::string_view name) {
 bool IsHierarchical(const Algorithm& a) { return std::strcmp(a.name, "hier") == 0; }
 
 void CopyIfDistinct(void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes > 0) kernels::CopyBytes(dst, src, bytes, bytes >= (8u << 20));
+  if (dst != src && bytes > 0) kernels::CopyBytes(dst, src, bytes, bytes >= kCopyStreamingBytes);
 }
 
 void FinishAverage(const Context& c, void* data, size_t count) {
