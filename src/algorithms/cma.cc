@@ -9,13 +9,14 @@
 // 4 MiB rank r writes each finished chunk into every peer's output itself
 // (process_vm_writev, from its cache); beyond, every rank copies the finished
 // slices out of their owners' outputs as soon as they are announced. A reduce
-// is the first half of that: every rank combines its slice, and the others
-// write theirs into the root's output (the root's slice is larger). Reads go through a small
-// cache-resident buffer and large results are written with streaming stores,
-// so each output byte costs one DRAM write. A broadcast root does not idle:
-// it writes a share of the buffer into each receiver (process_vm_writev)
-// while they read the rest. A rank returns only when every peer has stopped
-// reading (or writing) its buffers.
+// is the first half of that: every rank combines its slice (the root a
+// larger one), and the others write theirs into the root's output. Reads go
+// through a small cache-resident buffer and large results are written with
+// streaming stores, so each output byte costs one DRAM write. A broadcast
+// root does not idle: it writes a share of the buffer into each receiver
+// (process_vm_writev) while they read the rest. A gather's blocks are
+// written into the root's output by their owners, all at once. A rank
+// returns only when every peer has stopped reading (or writing) its buffers.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -36,7 +37,8 @@ constexpr int kReducePieceSlot = 3;  // Scratch: not a slot of the steps (0) or 
 // costs what writing it costs and combining an input 0.2 of that:
 //   w * ((n-1) + 0.2n) = (n-1) + 0.2n + 1,   w = 1 + 1/(1.2n - 1),
 // 1.71 for 2 ranks, 1.26 for 4. With 2 ranks, 1.13x-1.39x faster than even
-// slices at 64 KiB-4 MiB (docs/performance.md, "Mid-size calls").
+// slices at 64 KiB-4 MiB (docs/performance.md, "Mid-size calls and 4-rank
+// scaling").
 // The root's slice is a multiple of 16 elements long.
 Blocks ReduceSlices(size_t count, int n, int root) {
   return patterns::WeightedBlocks(count, n, root, 1.0 + 1.0 / (1.2 * n - 1.0), 16);
@@ -198,18 +200,18 @@ Status GatherCma(Context& c, const OpArgs& a) {
   // Every rank writes its block into the root's output itself, all at once
   // (process_vm_writev), while the root copies its own: 1.2x-2.4x faster
   // than the root reading the blocks one after another from 256 KiB to
-  // 256 MiB, with 2 and 4 ranks (docs/performance.md, "Mid-size calls").
+  // 256 MiB, with 2 and 4 ranks (docs/performance.md, "Mid-size calls and
+  // 4-rank scaling").
   if (c.rank() == a.root) {
     CopyIfDistinct(static_cast<uint8_t*>(a.recv) + static_cast<size_t>(a.root) * block, a.send, block);
     for (int p = 0; p < op.size(); ++p) {
       if (p != op.me()) c.CountSharedRead(p, block);  // written here by its owner
     }
   } else if (block > 0) {
+    const uint64_t dst = op.peers()[static_cast<size_t>(a.root)].recv + static_cast<uint64_t>(op.me()) * block;
     // Into a SharedBuffer the copy streams from the size an allgather's does.
     const bool streaming = block * static_cast<size_t>(op.size()) >= kSharedGatherStreamingBytes;
-    CHOIR_RETURN_IF_ERROR(CopyToPeer(op, a.root,
-                                     op.peers()[static_cast<size_t>(a.root)].recv + static_cast<uint64_t>(op.me()) * block,
-                                     a.send, block, streaming));
+    CHOIR_RETURN_IF_ERROR(CopyToPeer(op, a.root, dst, a.send, block, streaming));
   }
   // Finish() also tells the root that the pushes into its output are complete.
   return op.Finish();

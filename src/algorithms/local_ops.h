@@ -191,13 +191,14 @@ inline constexpr size_t kDirectCopyMaxBytes = 64u << 20;
 size_t PipeMinBytesWithCma(CollKind kind, bool ranks_share_cpus);
 // An in-place broadcast root writes a share into every receiver from here
 // on (BroadcastCma). At 256 KiB before; the share measured 1.26x–1.54x faster
-// at 64–128 KiB too (docs/performance.md, "Mid-size calls").
+// at 64–128 KiB too (docs/performance.md, "Mid-size calls and 4-rank scaling").
 inline constexpr size_t kRootShareMinBytes = 32 * 1024;
 // With every rank's buffers in SharedBuffers, the owner of a slice always
 // pushes it, and streaming stores pay off later for an allreduce than for an
 // allgather's copies (measured: docs/performance.md, "The SharedBuffer thresholds").
-// Ranks that share cores evict each other's caches and stream from 8 MiB
-// (docs/performance.md, "Mid-size calls").
+// Ranks that share cores stream from 8 MiB: measured faster at 8 and 16 MiB
+// with 4 ranks on 2 cores (docs/performance.md, "Mid-size calls and 4-rank
+// scaling").
 inline constexpr size_t kSharedReduceStreamingBytes = 32u << 20;          // of the whole buffer
 inline constexpr size_t kSharedReduceStreamingBytesSharedCpus = 8u << 20;  // the same, ranks sharing cores
 inline constexpr size_t kSharedGatherStreamingBytes = 2u << 20;   // of the whole output
