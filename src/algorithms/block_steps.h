@@ -40,8 +40,10 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
 Status AllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
 Status RingAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
 Status CmaAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
-// The same after `op` exchanged (own, buf) (ExchangeAddresses): copies this
-// rank's block from `own` into `buf` first; peers read it from `own`.
+// The same after `op` exchanged (own, buf) (ExchangeAddresses): this rank's
+// block comes from `own`; it copies it into `buf` and pushes it into the
+// peers' `buf`, or (heap blocks from kStreamingBytes) the peers read it
+// from `own`.
 Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blocks& blocks);
 Status PipeAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);  // shm_pipe.cc
 // Whether a pipe of `pipe_bytes` carries blocks of up to `largest_block`
