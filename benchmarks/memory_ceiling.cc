@@ -66,7 +66,8 @@ void Barrier(Shared* s, int ranks, int round) {
 bool Work(const std::string& op, int n, int rank, size_t bytes, const uint8_t* in, uint8_t* out, Shared* s) {
   const size_t block = bytes / static_cast<size_t>(n) / 64 * 64;
   if (op == "allgather_cma") {
-    CopyBytes(out + static_cast<size_t>(rank) * block, in, block, /*nontemporal=*/block >= (4u << 20));
+    CopyBytes(out + static_cast<size_t>(rank) * block, in, block,
+              /*nontemporal=*/block >= choir::algorithms::kStreamingBytes);
     for (int k = 1; k < n; ++k) {
       const int p = (rank + k) % n;
       if (!choir::algorithms::ReadRemote(s->pid[p].load(), p, out + static_cast<size_t>(p) * block, s->input[p].load(),

@@ -114,14 +114,16 @@ Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Bloc
   // cache-sized piece at a time, so that it reads its input from memory once
   // (SharedBuffers 1.10x-1.35x faster from 4 MiB, heap 1.15x-1.18x at
   // 1-4 MiB: docs/performance.md, "Mid-size calls and 4-rank scaling").
+  // A block the peers pull is copied in one piece.
   const size_t bytes = mine.count * es;
   uint8_t* my_dst = buf + mine.offset * es;
   const bool own_streaming = shared ? streaming : bytes >= kCopyStreamingBytes;  // as CopyIfDistinct
-  constexpr size_t piece = kCmaChunkBytes / 2;
+  const bool push = pushed(op.me()) && op.size() > 1;
+  const size_t piece = push ? kCmaChunkBytes / 2 : bytes;
   for (size_t off = 0; off < bytes; off += piece) {
     const size_t m = std::min(piece, bytes - off);
     if (my_dst != own) kernels::CopyBytes(my_dst + off, own + off, m, own_streaming);
-    for (int s = 1; s < op.size() && pushed(op.me()); ++s) {
+    for (int s = 1; s < op.size() && push; ++s) {
       const int p = (op.me() + s) % op.size();
       CHOIR_RETURN_IF_ERROR(
           CopyToPeer(op, p, bufs[static_cast<size_t>(p)].recv + mine.offset * es + off, own + off, m, streaming));

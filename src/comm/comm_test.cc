@@ -309,8 +309,8 @@ TEST(CommSelectionTest, RememberedChoiceNeverLeaksIntoOtherCalls) {
 }
 
 // Single-copy (cma) collectives on buffers large enough for the chunked and
-// streaming paths, the broadcast root's share and the gather's pushed and
-// pulled blocks, with odd sizes, every root.
+// streaming paths, the broadcast root's share and the gather's pushed
+// blocks, with odd sizes, every root.
 TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
   for (int n : {2, 3}) {
     auto results = RunRanks(n, [](Communicator& comm) -> Status {

@@ -3,7 +3,6 @@
 // place keeps its unknown (-1) fields and the reason is logged; only a bad
 // synthetic description (a caller's mistake) is an error.
 #include <fmt/format.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -40,20 +39,6 @@ hwloc_obj_t Enclosing(hwloc_topology_t t, hwloc_obj_type_t type, hwloc_const_bit
   return nullptr;
 }
 
-// The CPUs this process may run on (sched_getaffinity), when hwloc cannot
-// say: the ranks of a host compare them to decide whether they share cores,
-// a verdict that picks algorithms and so must come from published data.
-std::vector<int> AffinityCpus() {
-  std::vector<int> cpus;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return cpus;
-}
-
 // Fills package, numa and cores of `place` from the PUs in `set`.
 void PlaceOf(hwloc_topology_t t, hwloc_const_bitmap_t set, RankPlace& place) {
   for (int pu = hwloc_bitmap_first(set); pu >= 0; pu = hwloc_bitmap_next(set, pu)) {
@@ -81,7 +66,10 @@ Result<RankPlace> DetectPlace(const std::string& synthetic) {
     if (!synthetic.empty()) return hwloc.status();
     CHOIR_LOG(Warn, TOPO, "hwloc cannot read this machine ({}); only the CPU affinity is known",
               hwloc.status().ToString());
-    place.cores = AffinityCpus();
+    // The ranks of a host compare their CPUs to decide whether they share
+    // cores, a verdict that picks algorithms: publish at least the affinity
+    // (empty when even that cannot be read).
+    topology::AffinityCpus(&place.cores);
     return place;
   }
   hwloc_topology_t t = hwloc->get();
@@ -98,7 +86,7 @@ Result<RankPlace> DetectPlace(const std::string& synthetic) {
              hwloc_get_cpubind(t, set.get(), HWLOC_CPUBIND_THREAD) != 0) {
     CHOIR_LOG(Warn, TOPO, "hwloc_get_cpubind failed ({}); only the CPU affinity is known",
               std::strerror(errno));
-    place.cores = AffinityCpus();
+    topology::AffinityCpus(&place.cores);  // as above
     return place;
   }
   // Only PUs hwloc knows about (a binding may name offline CPUs).

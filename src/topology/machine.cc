@@ -212,17 +212,23 @@ BindingPlan PlanBinding(const MachineLayout& machine, const std::vector<int>& al
 Result<BindingPlan> PlanBindingHere(int local_ranks) {
   CHOIR_ASSIGN_OR_RETURN(MachineLayout machine, LoadMachineLayout(""));
   std::vector<int> allowed;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+  if (!AffinityCpus(&allowed)) {
     // More CPUs than a cpu_set_t holds: do not bind what cannot be read.
     return BindingPlan{{}, fmt::format("binding: cannot read this launcher's CPU affinity ({}), not bound",
                                        std::strerror(errno))};
   }
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) allowed.push_back(cpu);
-  }
   return PlanBinding(machine, allowed, local_ranks);
+}
+
+bool AffinityCpus(std::vector<int>* cpus) {
+  cpus->clear();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return false;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus->push_back(cpu);
+  }
+  return true;
 }
 
 }  // namespace choir::topology

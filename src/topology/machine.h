@@ -94,6 +94,10 @@ BindingPlan PlanBinding(const MachineLayout& machine, const std::vector<int>& al
 // The same for this machine and this process's CPU affinity.
 Result<BindingPlan> PlanBindingHere(int local_ranks);
 
+// The OS CPU numbers this process may run on (sched_getaffinity); false,
+// with errno set, when they cannot be read.
+bool AffinityCpus(std::vector<int>* cpus);
+
 }  // namespace choir::topology
 
 #endif  // CHOIR_TOPOLOGY_MACHINE_H_
