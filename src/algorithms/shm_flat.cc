@@ -38,7 +38,14 @@ class AllSlots {
 };
 
 void Copy(void* dst, const void* src, size_t bytes) {
-  if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+  if (bytes == 0 || dst == src) return;
+  const auto* d = static_cast<const uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  if (d < s + bytes && s < d + bytes) {
+    std::memmove(dst, src, bytes);  // overlapping: never a valid call's buffers, but harmless
+  } else {
+    kernels::CopyBytes(dst, src, bytes, /*nontemporal=*/false);
+  }
 }
 
 // Where each rank's block lies in an allgather's output: computed on the fly

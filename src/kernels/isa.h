@@ -25,7 +25,8 @@ namespace choir::kernels {
 using ManyFn = void (*)(void* dst, const void* const* srcs, int k, size_t count, bool nontemporal);
 // data[i] /= n.
 using DivideFn = void (*)(void* data, size_t count, int n);
-// memcpy with streaming stores; no size threshold.
+// memcpy with streaming stores (copy_nontemporal) or with plain vector
+// stores (copy); no size threshold.
 using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
 
 struct IsaTable {
@@ -36,6 +37,7 @@ struct IsaTable {
   ManyFn many[kNumDataTypes][kNumReduceOps];
   DivideFn divide[kNumDataTypes];
   CopyFn copy_nontemporal;
+  CopyFn copy;
 };
 
 // Complete: every supported (dtype, op) is filled.

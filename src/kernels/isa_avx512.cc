@@ -303,6 +303,7 @@ consteval IsaTable MakeTable() {
   SetType<F32V>(table, DataType::kFloat32);
   SetType<F64V>(table, DataType::kFloat64);
   table.copy_nontemporal = &CopyNontemporal<IntV<uint8_t>>;
+  table.copy = &CopyVector<IntV<uint8_t>>;
   return table;
 }
 

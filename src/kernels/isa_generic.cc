@@ -107,6 +107,28 @@ struct OpBxor {
   }
 };
 
+void CopyVector(void* dst, const void* src, size_t bytes) {
+#if CHOIR_KERNELS_X86
+  constexpr size_t kVec = 16;
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  size_t i = 0;
+  for (; i + 4 * kVec <= bytes; i += 4 * kVec) {
+    const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + kVec));
+    const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 2 * kVec));
+    const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 3 * kVec));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), r0);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + kVec), r1);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 2 * kVec), r2);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 3 * kVec), r3);
+  }
+  std::memcpy(d + i, s + i, bytes - i);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
 template <class C, class Op>
 void Binary(void* dst, const void* a, const void* b, size_t count) {
   using T = typename C::T;
@@ -214,6 +236,7 @@ consteval IsaTable MakeTable() {
   SetType<Plain<float>>(table, DataType::kFloat32);
   SetType<Plain<double>>(table, DataType::kFloat64);
   table.copy_nontemporal = &CopyNontemporal;
+  table.copy = &CopyVector;
   return table;
 }
 

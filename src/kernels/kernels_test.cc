@@ -630,6 +630,50 @@ TEST_F(KernelsTest, CopyBytesAllSizesAndAlignments) {
   }
 }
 
+TEST(CopyAliasedTest, NamesDestinationsJustAfterTheSourceModuloFourKiB) {
+  alignas(4096) static uint8_t page[3 * 4096];
+  EXPECT_FALSE(CopyAliased(page, page));
+  EXPECT_FALSE(CopyAliased(page + 4096, page));  // equal offsets: fast
+  EXPECT_TRUE(CopyAliased(page + 1, page));
+  EXPECT_TRUE(CopyAliased(page + 16, page));
+  EXPECT_TRUE(CopyAliased(page + 4096 + 63, page));
+  EXPECT_FALSE(CopyAliased(page + 64, page));
+  EXPECT_FALSE(CopyAliased(page, page + 16));  // destination before the source
+  EXPECT_TRUE(CopyAliased(page + 8192 + 16, page));  // 8208 bytes apart: 16 modulo 4 KiB
+}
+
+// The aliased distances take the vector loop (every ISA, every size around
+// the threshold and the loop's steps, heads and tails): exact copies, guards kept.
+TEST_F(KernelsTest, CopyBytesAliasedDistances) {
+  std::mt19937_64 rng(11);
+  std::vector<uint8_t> arena(64 * 1024 + 3 * 4096);
+  const auto base = (reinterpret_cast<uintptr_t>(arena.data()) + 4095) & ~uintptr_t{4095};
+  for (const char* isa : AvailableIsas()) {
+    ASSERT_TRUE(ForceIsa(isa));
+    for (size_t bytes : {kAliasedCopyMinBytes - 1, kAliasedCopyMinBytes, size_t{4096 + 7}, size_t{16384},
+                         size_t{20000 + 33}}) {
+      for (size_t src_offset : {0, 5, 48}) {
+        for (size_t distance : {1, 16, 31, 63}) {
+          SCOPED_TRACE(std::string("isa ") + isa + " bytes " + std::to_string(bytes) + " src_offset " +
+                       std::to_string(src_offset) + " distance " + std::to_string(distance));
+          auto* src = reinterpret_cast<uint8_t*>(base + src_offset);
+          // Far enough not to overlap, the same offset in its page plus `distance`.
+          auto* dst = src + (bytes + 4095) / 4096 * 4096 + distance;
+          ASSERT_LE(dst + bytes + 1, arena.data() + arena.size());
+          ASSERT_TRUE(CopyAliased(dst, src));
+          for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<uint8_t>(rng());
+          dst[-1] = 0xa5;
+          dst[bytes] = 0x5a;
+          CopyBytes(dst, src, bytes, /*nontemporal=*/false);
+          EXPECT_EQ(std::memcmp(dst, src, bytes), 0);
+          EXPECT_EQ(dst[-1], 0xa5);
+          EXPECT_EQ(dst[bytes], 0x5a);
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Conversions.
 

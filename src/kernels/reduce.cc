@@ -56,6 +56,7 @@ IsaTable Complete(const IsaTable& simd) {
     if (table.divide[d] == nullptr) table.divide[d] = generic.divide[d];
   }
   if (table.copy_nontemporal == nullptr) table.copy_nontemporal = generic.copy_nontemporal;
+  if (table.copy == nullptr) table.copy = generic.copy;
   return table;
 }
 
@@ -126,6 +127,8 @@ void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal) {
   if (bytes == 0) return;
   if (nontemporal && bytes >= kMinNontemporalBytes) {
     Active().copy_nontemporal(dst, src, bytes);
+  } else if (bytes >= kAliasedCopyMinBytes && CopyAliased(dst, src)) {
+    Active().copy(dst, src, bytes);
   } else {
     std::memcpy(dst, src, bytes);
   }

@@ -57,10 +57,24 @@ void ReduceMany(void* dst, const void* const* srcs, int k, size_t count, DataTyp
 void DivideByCount(void* data, size_t count, DataType dtype, int n);
 
 // memcpy, with non-temporal stores when `nontemporal` and the copy is at least
-// kMinNontemporalBytes (below that the fence costs more than the cache saves).
-// dst and src must not overlap.
+// kMinNontemporalBytes (below that the fence costs more than the cache saves),
+// and with a vector loop instead of memcpy where memcpy would be slow
+// (CopyAliased). dst and src must not overlap.
 inline constexpr size_t kMinNontemporalBytes = 16 * 1024;
 void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal);
+
+// True when dst lies 1 to 63 bytes after src modulo 4 KiB. A string copy
+// (rep movsb, which glibc's memcpy uses from 4 KiB and the kernel uses for
+// process_vm_readv/writev) between such addresses runs 5 to 30 times slower
+// on AMD Zen 3 than between any others (measured: 16 KiB at 1.2-1.9 GB/s
+// against 36-48, process_vm_readv of 256 KiB at 1.5 against 9.9;
+// docs/performance.md, "Copies 4 KiB apart"). The window measured slow is
+// 1-31 bytes; 63 leaves a margin. Copies from kAliasedCopyMinBytes avoid it.
+inline bool CopyAliased(const void* dst, const void* src) {
+  const auto distance = (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) & 4095;
+  return distance != 0 && distance < 64;
+}
+inline constexpr size_t kAliasedCopyMinBytes = 2048;
 
 // HalfToFloat, FloatToHalf, BFloat16ToFloat and FloatToBFloat16 (scalar
 // conversions, inline because the portable kernels call them per element) come
