@@ -85,8 +85,8 @@ Status ReduceScatterHier(Context& c, const OpArgs& a) {
   for (int r = 0; r < local; ++r) {
     for (int g = 0; g < hosts; ++g) {
       const int owner = l.hosts[static_cast<size_t>(g)][static_cast<size_t>(r)];
-      std::memcpy(permuted + static_cast<size_t>(r) * chunk + static_cast<size_t>(g) * block,
-                  in + static_cast<size_t>(owner) * block, block);
+      kernels::CopyBytes(permuted + static_cast<size_t>(r) * chunk + static_cast<size_t>(g) * block,
+                         in + static_cast<size_t>(owner) * block, block, /*nontemporal=*/false);
     }
   }
   const int me = c.rank();
@@ -116,7 +116,7 @@ Status AllgatherHier(Context& c, const OpArgs& a) {
   const int j = l.local_index[static_cast<size_t>(me)];
   CHOIR_ASSIGN_OR_RETURN(uint8_t* permuted, c.ScratchBytes(chunk * static_cast<size_t>(local), kPermuteSlot));
   uint8_t* rail_chunk = permuted + static_cast<size_t>(j) * chunk;
-  std::memcpy(rail_chunk + static_cast<size_t>(g_me) * block, a.send, block);
+  kernels::CopyBytes(rail_chunk + static_cast<size_t>(g_me) * block, a.send, block, /*nontemporal=*/false);
   Context rail = c.Subgroup(l.Rail(j));
   CHOIR_RETURN_IF_ERROR(RingAllgatherBlocks(rail, rail_chunk, EvenBlocks(a.count * static_cast<size_t>(hosts), hosts)));
   Context host_ctx = c.Subgroup(l.hosts[static_cast<size_t>(g_me)]);
@@ -125,8 +125,9 @@ Status AllgatherHier(Context& c, const OpArgs& a) {
   for (int r = 0; r < local; ++r) {
     for (int g = 0; g < hosts; ++g) {
       const int owner = l.hosts[static_cast<size_t>(g)][static_cast<size_t>(r)];
-      std::memcpy(out + static_cast<size_t>(owner) * block,
-                  permuted + static_cast<size_t>(r) * chunk + static_cast<size_t>(g) * block, block);
+      kernels::CopyBytes(out + static_cast<size_t>(owner) * block,
+                         permuted + static_cast<size_t>(r) * chunk + static_cast<size_t>(g) * block, block,
+                         /*nontemporal=*/false);
     }
   }
   return Status::Ok();

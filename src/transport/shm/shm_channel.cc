@@ -23,8 +23,8 @@ uint64_t RoundUp(uint64_t v) { return (v + kAlign - 1) & ~(kAlign - 1); }
 void CopyIn(uint8_t* ring, uint64_t cap, uint64_t pos, const uint8_t* src, uint64_t n) {
   const uint64_t off = pos % cap;
   const uint64_t first = std::min(n, cap - off);
-  std::memcpy(ring + off, src, first);
-  if (first < n) std::memcpy(ring, src + first, n - first);
+  kernels::CopyBytes(ring + off, src, first, /*nontemporal=*/false);  // not memcpy: see kernels::CopyAliased
+  if (first < n) kernels::CopyBytes(ring, src + first, n - first, /*nontemporal=*/false);
 }
 }  // namespace
 
@@ -120,7 +120,7 @@ Result<bool> ShmChannel::ReadPayload(Xfer& x) {
       if (x.reduce != nullptr) {
         x.reduce(dst, x.operand + x.done, in_data_ + part[0], part[1] / x.elem_size);
       } else {
-        std::memcpy(dst, in_data_ + part[0], part[1]);
+        kernels::CopyBytes(dst, in_data_ + part[0], part[1], /*nontemporal=*/false);
       }
       x.done += part[1];
     }
