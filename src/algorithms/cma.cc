@@ -78,13 +78,10 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
   // (process_vm_writev's stores into the peer are not streaming and cost
   // about as much as the pull: docs/performance.md). Into SharedBuffers the
   // owner always pushes, with plain stores below
-  // kSharedReduceStreamingBytes (ranks sharing cores: ...SharedCpus) and
-  // streaming stores beyond.
+  // kSharedReduceStreamingBytes and streaming stores beyond.
   const bool shared = op.AllShared();
   if (total * es < kStreamingBytes || shared) {
-    const size_t shared_streaming = c.local_group()->ranks_share_cpus ? kSharedReduceStreamingBytesSharedCpus
-                                                                       : kSharedReduceStreamingBytes;
-    const bool streaming = shared ? total * es >= shared_streaming : slice_streams;
+    const bool streaming = shared ? total * es >= kSharedReduceStreamingBytes : slice_streams;
     CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * es, mine.count, my_out,
                                           [&](uint64_t, uint8_t* chunk, size_t elems) { finish(chunk, elems); },
                                           {.push = true, .streaming = streaming}));

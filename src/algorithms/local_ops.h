@@ -194,13 +194,15 @@ size_t PipeMinBytesWithCma(CollKind kind, bool ranks_share_cpus);
 // at 64–128 KiB too (docs/performance.md, "Mid-size calls and 4-rank scaling").
 inline constexpr size_t kRootShareMinBytes = 32 * 1024;
 // With every rank's buffers in SharedBuffers, the owner of a slice always
-// pushes it, and streaming stores pay off later for an allreduce than for an
-// allgather's copies (measured: docs/performance.md, "The SharedBuffer thresholds").
-// Ranks that share cores stream from 8 MiB: measured faster at 8 and 16 MiB
-// with 4 ranks on 2 cores (docs/performance.md, "Mid-size calls and 4-rank
-// scaling").
-inline constexpr size_t kSharedReduceStreamingBytes = 32u << 20;          // of the whole buffer
-inline constexpr size_t kSharedReduceStreamingBytesSharedCpus = 8u << 20;  // the same, ranks sharing cores
+// pushes it, with streaming stores from this size of the whole buffer.
+// 32 MiB on the Intel host where plain and streaming stores measured alike up
+// to 16 MiB with a core per rank ("The SharedBuffer thresholds"), and 8 MiB
+// there when ranks share cores ("Mid-size calls and 4-rank scaling"); on the
+// AMD host, whose L3 (32 MiB) holds less than the buffers of a 16 MiB
+// allreduce, streaming from 8 MiB measured 1.33x faster at 8 and 16 MiB with
+// a core per rank ("The streaming threshold on the AMD host"), so 8 MiB
+// everywhere (docs/performance.md).
+inline constexpr size_t kSharedReduceStreamingBytes = 8u << 20;
 inline constexpr size_t kSharedGatherStreamingBytes = 2u << 20;   // of the whole output
 
 }  // namespace choir::algorithms
