@@ -26,6 +26,7 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/block_steps.h"
 #include "algorithms/local_ops.h"
+#include "topology/machine.h"
 
 namespace choir::algorithms {
 namespace {
@@ -78,10 +79,13 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
   // (process_vm_writev's stores into the peer are not streaming and cost
   // about as much as the pull: docs/performance.md). Into SharedBuffers the
   // owner always pushes, with plain stores below
-  // kSharedReduceStreamingBytes and streaming stores beyond.
+  // SharedReduceStreamingBytes and streaming stores beyond.
   const bool shared = op.AllShared();
   if (total * es < kStreamingBytes || shared) {
-    const bool streaming = shared ? total * es >= kSharedReduceStreamingBytes : slice_streams;
+    static const size_t l3_bytes = topology::CacheBytes(3);
+    const bool streaming =
+        shared ? total * es >= SharedReduceStreamingBytes(n, c.local_group()->ranks_share_cpus, l3_bytes)
+               : slice_streams;
     CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * es, mine.count, my_out,
                                           [&](uint64_t, uint8_t* chunk, size_t elems) { finish(chunk, elems); },
                                           {.push = true, .streaming = streaming}));

@@ -13,6 +13,14 @@
 
 namespace choir::algorithms {
 
+size_t SharedReduceStreamingBytes(int local_ranks, bool ranks_share_cpus, size_t l3_bytes) {
+  constexpr size_t kLeast = 8u << 20;
+  constexpr size_t kMost = 32u << 20;
+  if (ranks_share_cpus) return kLeast;
+  if (l3_bytes == 0 || local_ranks < 1) return kMost;
+  return std::clamp(l3_bytes / (2 * static_cast<size_t>(local_ranks)), kLeast, kMost);
+}
+
 bool LocalGroupUsable(const Context& c) {
   const transport::LocalGroup* g = c.local_group();
   if (g == nullptr || g->size() != c.size() || g->size() < 2) return false;
@@ -210,26 +218,21 @@ Status MoveRemote(bool write, int pid, int peer_rank, uint8_t* local, uint64_t r
 }
 
 // The kernel copies with the string instruction kernels::CopyAliased warns
-// about, so a transfer between such addresses (1 to 63 bytes apart modulo
-// 4 KiB) runs several times slower: process_vm_readv of 256 KiB at 1.5
+// about, so a transfer whose destination lies 1 to 63 bytes after its source
+// modulo 4 KiB runs several times slower: process_vm_readv of 256 KiB at 1.5
 // against 9.9 GB/s here (docs/performance.md, "Copies 4 KiB apart"). Such a
 // transfer goes through a buffer placed at the remote address's offset in
 // its page, in pieces that stay in the cache: the kernel copies between equal
 // offsets, and the aliased copy is a vector loop in this process.
 constexpr size_t kBouncePieceBytes = 128 * 1024;  // a multiple of 4 KiB
-constexpr size_t kBounceMinBytes = 4096;
 
 Status MoveRemoteAvoidingAliasing(bool write, int pid, int peer_rank, uint8_t* local, uint64_t remote,
                                   size_t bytes) {
-  if (bytes < kBounceMinBytes ||
-      !kernels::CopyAliased(write ? reinterpret_cast<void*>(remote) : local,
-                            write ? static_cast<const void*>(local) : reinterpret_cast<const void*>(remote))) {
-    return MoveRemote(write, pid, peer_rank, local, remote, bytes);
-  }
+  if (!RemoteCopyBounces(write, local, remote, bytes)) return MoveRemote(write, pid, peer_rank, local, remote, bytes);
   // One buffer per thread: the operations of one communicator run one at a
   // time, but several communicators may run on several threads.
   thread_local std::unique_ptr<uint8_t[]> storage;
-  if (!storage) storage = std::make_unique<uint8_t[]>(kBouncePieceBytes + 2 * 4096);
+  if (!storage) storage = std::make_unique_for_overwrite<uint8_t[]>(kBouncePieceBytes + 2 * 4096);
   const auto base = (reinterpret_cast<uintptr_t>(storage.get()) + 4095) & ~uintptr_t{4095};
   uint8_t* stage = reinterpret_cast<uint8_t*>(base + (remote & 4095));
   while (bytes > 0) {
@@ -248,6 +251,11 @@ Status MoveRemoteAvoidingAliasing(bool write, int pid, int peer_rank, uint8_t* l
   return Status::Ok();
 }
 }  // namespace
+
+bool RemoteCopyBounces(bool write, const void* local, uint64_t remote, size_t bytes) {
+  const auto* far = reinterpret_cast<const void*>(remote);
+  return bytes >= kRemoteBounceMinBytes && (write ? kernels::CopyAliased(far, local) : kernels::CopyAliased(local, far));
+}
 
 Status ReadRemote(int pid, int peer_rank, void* local, uint64_t remote, size_t bytes) {
   return MoveRemoteAvoidingAliasing(false, pid, peer_rank, static_cast<uint8_t*>(local), remote, bytes);

@@ -139,9 +139,16 @@ class AreaOp {
 
 // Reads `bytes` at `remote` in process `pid` into `local` (process_vm_readv,
 // looping over partial reads). PeerLost when the process is gone.
+// A transfer RemoteCopyBounces names goes through a buffer in this process.
 Status ReadRemote(int pid, int peer_rank, void* local, uint64_t remote, size_t bytes);
 // The other direction (process_vm_writev): `local` into `remote` in `pid`.
 Status WriteRemote(int pid, int peer_rank, uint64_t remote, const void* local, size_t bytes);
+// True when the kernel's copy for this transfer (a write: local to remote; a
+// read: remote to local) would run between addresses kernels::CopyAliased
+// names and it is large enough that a copy through a buffer at the remote
+// page offset (the kernel's part then unaliased) is faster.
+inline constexpr size_t kRemoteBounceMinBytes = 4096;
+bool RemoteCopyBounces(bool write, const void* local, uint64_t remote, size_t bytes);
 
 // Publishes this rank's buffer addresses, and where they lie in SharedBuffers
 // (plus an optional table of numbers), reads every rank's into op.peers()
@@ -150,8 +157,9 @@ Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, const std::ve
                          std::vector<std::vector<uint64_t>>* tables = nullptr);
 // Copies `bytes` from local rank p's memory at `remote` into `dst`: with
 // plain loads from a mapped SharedBuffer, else (process_vm_readv) straight
-// into dst below kDirectCopyMaxBytes, through a cache-resident buffer and
-// streaming stores beyond.
+// into dst below kDirectCopyMaxBytes (through ReadRemote's buffer when
+// RemoteCopyBounces), through a cache-resident buffer and streaming stores
+// beyond.
 Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes);
 // Writes `bytes` from `src` to `remote` in local rank p's memory: plain (or,
 // with `nontemporal`, streaming) stores into a mapped SharedBuffer, else
@@ -194,15 +202,17 @@ size_t PipeMinBytesWithCma(CollKind kind, bool ranks_share_cpus);
 // at 64–128 KiB too (docs/performance.md, "Mid-size calls and 4-rank scaling").
 inline constexpr size_t kRootShareMinBytes = 32 * 1024;
 // With every rank's buffers in SharedBuffers, the owner of a slice always
-// pushes it, with streaming stores from this size of the whole buffer.
-// 32 MiB on the Intel host where plain and streaming stores measured alike up
-// to 16 MiB with a core per rank ("The SharedBuffer thresholds"), and 8 MiB
-// there when ranks share cores ("Mid-size calls and 4-rank scaling"); on the
-// AMD host, whose L3 (32 MiB) holds less than the buffers of a 16 MiB
-// allreduce, streaming from 8 MiB measured 1.33x faster at 8 and 16 MiB with
-// a core per rank ("The streaming threshold on the AMD host"), so 8 MiB
-// everywhere (docs/performance.md).
-inline constexpr size_t kSharedReduceStreamingBytes = 8u << 20;
+// pushes it, with streaming stores from the size of the whole buffer this
+// returns: once the host's ranks' buffers (2 x local_ranks x bytes) no longer
+// fit the last-level cache of `l3_bytes`, within 8-32 MiB; 8 MiB when the
+// ranks share cores; 32 MiB when the cache size is unknown (0). Measured
+// (docs/performance.md): on the Intel host (260 MiB L3) plain stores were
+// ahead at 16 MiB with a core per rank (7.85 against 6.3 GB/s) and streaming
+// from 8 MiB ahead with 4 ranks on 2 cores ("Mid-size calls and 4-rank
+// scaling"); on the AMD host (32 MiB L3) streaming from 8 MiB was 1.33x
+// faster at 8 and 16 MiB with a core per rank and slower at 4 MiB ("The
+// streaming threshold on the AMD host").
+size_t SharedReduceStreamingBytes(int local_ranks, bool ranks_share_cpus, size_t l3_bytes);
 inline constexpr size_t kSharedGatherStreamingBytes = 2u << 20;   // of the whole output
 
 }  // namespace choir::algorithms

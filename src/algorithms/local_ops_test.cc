@@ -3,7 +3,10 @@
 // buffer; these check the bytes that arrive, on this process's own memory.
 #include "algorithms/local_ops.h"
 
+#include <sys/uio.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <gtest/gtest.h>
 
@@ -20,6 +23,18 @@ namespace {
 
 class RemoteCopyTest : public ::testing::Test {
  protected:
+  void SetUp() override {
+    // The same probe connect.cc makes: where process_vm_readv is refused
+    // (seccomp, ptrace rules) choir never calls these, and neither can this.
+    uint64_t value = 42;
+    uint64_t copy = 0;
+    iovec local{&copy, sizeof(copy)};
+    iovec remote{&value, sizeof(value)};
+    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof(copy))) {
+      GTEST_SKIP() << "process_vm_readv is refused here (" << std::strerror(errno)
+                   << "): choir takes its ring paths instead, and this test cannot run";
+    }
+  }
   // src at `src_offset` in a page, dst `distance` bytes further modulo 4 KiB,
   // guard bytes around dst.
   void Check(bool write, size_t bytes, size_t src_offset, size_t distance) {
@@ -54,6 +69,32 @@ TEST_F(RemoteCopyTest, AliasedAndPlainDistancesArriveExactly) {
       }
     }
   }
+}
+
+TEST(RemoteCopyBouncesTest, TheKernelsDestinationAfterItsSource) {
+  alignas(4096) static uint8_t page[2 * 4096];
+  const auto at = [&](size_t offset) { return reinterpret_cast<uint64_t>(page + offset); };
+  // A read copies remote -> local: bounces when local lies 1-63 bytes after remote.
+  EXPECT_TRUE(RemoteCopyBounces(/*write=*/false, page + 16, at(0), kRemoteBounceMinBytes));
+  EXPECT_FALSE(RemoteCopyBounces(/*write=*/false, page, at(16), kRemoteBounceMinBytes));
+  // A write copies local -> remote: bounces when remote lies after local.
+  EXPECT_TRUE(RemoteCopyBounces(/*write=*/true, page, at(16), kRemoteBounceMinBytes));
+  EXPECT_FALSE(RemoteCopyBounces(/*write=*/true, page + 16, at(0), kRemoteBounceMinBytes));
+  // Small transfers and unaliased ones go straight through.
+  EXPECT_FALSE(RemoteCopyBounces(/*write=*/true, page, at(16), kRemoteBounceMinBytes - 1));
+  EXPECT_FALSE(RemoteCopyBounces(/*write=*/false, page + 64, at(0), 1 << 20));
+  EXPECT_FALSE(RemoteCopyBounces(/*write=*/false, page + 4096, at(0), 1 << 20));
+}
+
+TEST(SharedReduceStreamingTest, FromWhereTheBuffersLeaveTheLastLevelCache) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  EXPECT_EQ(SharedReduceStreamingBytes(2, false, 32 * kMiB), 8 * kMiB);    // the AMD host
+  EXPECT_EQ(SharedReduceStreamingBytes(2, false, 260 * kMiB), 32 * kMiB);  // the Intel host: at most 32 MiB
+  EXPECT_EQ(SharedReduceStreamingBytes(2, false, 48 * kMiB), 12 * kMiB);
+  EXPECT_EQ(SharedReduceStreamingBytes(8, false, 32 * kMiB), 8 * kMiB);    // at least 8 MiB
+  EXPECT_EQ(SharedReduceStreamingBytes(2, false, 0), 32 * kMiB);           // cache size unknown
+  EXPECT_EQ(SharedReduceStreamingBytes(4, true, 260 * kMiB), 8 * kMiB);    // ranks share cores
+  EXPECT_EQ(SharedReduceStreamingBytes(0, false, 32 * kMiB), 32 * kMiB);
 }
 
 TEST_F(RemoteCopyTest, AVanishedProcessIsPeerLost) {

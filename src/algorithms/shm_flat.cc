@@ -39,8 +39,8 @@ class AllSlots {
 
 void Copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
-  const auto* d = static_cast<const uint8_t*>(dst);
-  const auto* s = static_cast<const uint8_t*>(src);
+  const auto d = reinterpret_cast<uintptr_t>(dst);
+  const auto s = reinterpret_cast<uintptr_t>(src);
   if (d < s + bytes && s < d + bytes) {
     std::memmove(dst, src, bytes);  // overlapping: never a valid call's buffers, but harmless
   } else {

@@ -640,18 +640,23 @@ TEST(CopyAliasedTest, NamesDestinationsJustAfterTheSourceModuloFourKiB) {
   EXPECT_FALSE(CopyAliased(page + 64, page));
   EXPECT_FALSE(CopyAliased(page, page + 16));  // destination before the source
   EXPECT_TRUE(CopyAliased(page + 8192 + 16, page));  // 8208 bytes apart: 16 modulo 4 KiB
+  EXPECT_FALSE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMinBytes - 1));
+  EXPECT_TRUE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMinBytes));
+  EXPECT_FALSE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMaxBytes));
+  EXPECT_FALSE(CopyAvoidsMemcpy(page + 64, page, 8192));
 }
 
-// The aliased distances take the vector loop (every ISA, every size around
-// the threshold and the loop's steps, heads and tails): exact copies, guards kept.
+// Aliased distances: exact copies and guards kept for every ISA and sizes
+// around the thresholds and the loop's steps, heads and tails; from
+// kAliasedCopyMinBytes below kAliasedCopyMaxBytes they take the vector loop.
 TEST_F(KernelsTest, CopyBytesAliasedDistances) {
   std::mt19937_64 rng(11);
-  std::vector<uint8_t> arena(64 * 1024 + 3 * 4096);
+  std::vector<uint8_t> arena(2 * kAliasedCopyMaxBytes + 3 * 4096);
   const auto base = (reinterpret_cast<uintptr_t>(arena.data()) + 4095) & ~uintptr_t{4095};
   for (const char* isa : AvailableIsas()) {
     ASSERT_TRUE(ForceIsa(isa));
     for (size_t bytes : {kAliasedCopyMinBytes - 1, kAliasedCopyMinBytes, size_t{4096 + 7}, size_t{16384},
-                         size_t{20000 + 33}}) {
+                         size_t{20000 + 33}, kAliasedCopyMaxBytes - 1, kAliasedCopyMaxBytes}) {
       for (size_t src_offset : {0, 5, 48}) {
         for (size_t distance : {1, 16, 31, 63}) {
           SCOPED_TRACE(std::string("isa ") + isa + " bytes " + std::to_string(bytes) + " src_offset " +
@@ -661,6 +666,8 @@ TEST_F(KernelsTest, CopyBytesAliasedDistances) {
           auto* dst = src + (bytes + 4095) / 4096 * 4096 + distance;
           ASSERT_LE(dst + bytes + 1, arena.data() + arena.size());
           ASSERT_TRUE(CopyAliased(dst, src));
+          EXPECT_EQ(CopyAvoidsMemcpy(dst, src, bytes),
+                    bytes >= kAliasedCopyMinBytes && bytes < kAliasedCopyMaxBytes);
           for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<uint8_t>(rng());
           dst[-1] = 0xa5;
           dst[bytes] = 0x5a;

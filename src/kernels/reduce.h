@@ -64,17 +64,26 @@ inline constexpr size_t kMinNontemporalBytes = 16 * 1024;
 void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal);
 
 // True when dst lies 1 to 63 bytes after src modulo 4 KiB. A string copy
-// (rep movsb, which glibc's memcpy uses from 4 KiB and the kernel uses for
-// process_vm_readv/writev) between such addresses runs 5 to 30 times slower
-// on AMD Zen 3 than between any others (measured: 16 KiB at 1.2-1.9 GB/s
-// against 36-48, process_vm_readv of 256 KiB at 1.5 against 9.9;
+// (rep movsb, which glibc's memcpy uses for copies of a few KiB up to about
+// the L2 size on CPUs with fast string copies, and the kernel uses for every
+// process_vm_readv/writev) between such addresses runs several to 40 times
+// slower on AMD Zen 3 than between any others (measured: 16 KiB at
+// 1.2-1.9 GB/s against 36-48, memcpy of 256 KiB at 1.9 against 29, 1 MiB
+// unaffected; process_vm_readv of 256 KiB at 1.5 against 9.9;
 // docs/performance.md, "Copies 4 KiB apart"). The window measured slow is
-// 1-31 bytes; 63 leaves a margin. Copies from kAliasedCopyMinBytes avoid it.
+// 1-31 bytes; 63 leaves a margin.
 inline bool CopyAliased(const void* dst, const void* src) {
   const auto distance = (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) & 4095;
   return distance != 0 && distance < 64;
 }
+// CopyBytes copies with a vector loop instead of memcpy when CopyAliased and
+// the size lies in [kAliasedCopyMinBytes, kAliasedCopyMaxBytes): memcpy was
+// measured unaffected from 1 MiB, where glibc has its own streaming path.
 inline constexpr size_t kAliasedCopyMinBytes = 2048;
+inline constexpr size_t kAliasedCopyMaxBytes = 1u << 20;
+inline bool CopyAvoidsMemcpy(const void* dst, const void* src, size_t bytes) {
+  return bytes >= kAliasedCopyMinBytes && bytes < kAliasedCopyMaxBytes && CopyAliased(dst, src);
+}
 
 // HalfToFloat, FloatToHalf, BFloat16ToFloat and FloatToBFloat16 (scalar
 // conversions, inline because the portable kernels call them per element) come

@@ -98,6 +98,12 @@ Result<BindingPlan> PlanBindingHere(int local_ranks);
 // with errno set, when they cannot be read.
 bool AffinityCpus(std::vector<int>* cpus);
 
+// Bytes of CPU 0's cache at `level` (3: the last level on x86) as the kernel
+// lists it in /sys/devices/system/cpu/cpu0/cache, what lscpu and hwloc show;
+// 0 when it is not listed. Not sysconf(_SC_LEVEL3_CACHE_SIZE): glibc's cpuid
+// reading gave 256 MiB on an AMD EPYC VM whose kernel and hwloc say 32 MiB.
+size_t CacheBytes(int level);
+
 }  // namespace choir::topology
 
 #endif  // CHOIR_TOPOLOGY_MACHINE_H_

@@ -304,3 +304,21 @@ TEST(DescribeTest, EmptyTopology) {
 
 }  // namespace
 }  // namespace choir
+
+namespace choir::topology {
+namespace {
+
+TEST(CacheBytesTest, ReadsTheKernelsListOrNothing) {
+  // Whatever this host lists: a last-level cache of at least 1 MiB in whole
+  // KiB, or 0 where sysfs has no cache directory (some containers).
+  const size_t l3 = CacheBytes(3);
+  if (l3 != 0) {
+    EXPECT_GE(l3, size_t{1} << 20);
+    EXPECT_EQ(l3 % 1024, 0u);
+    EXPECT_GT(CacheBytes(1), 0u);
+  }
+  EXPECT_EQ(CacheBytes(9), 0u);  // no such level
+}
+
+}  // namespace
+}  // namespace choir::topology
