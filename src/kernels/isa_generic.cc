@@ -107,28 +107,6 @@ struct OpBxor {
   }
 };
 
-void CopyVector(void* dst, const void* src, size_t bytes) {
-#if CHOIR_KERNELS_X86
-  constexpr size_t kVec = 16;
-  auto* d = static_cast<uint8_t*>(dst);
-  const auto* s = static_cast<const uint8_t*>(src);
-  size_t i = 0;
-  for (; i + 4 * kVec <= bytes; i += 4 * kVec) {
-    const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + kVec));
-    const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 2 * kVec));
-    const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 3 * kVec));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), r0);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + kVec), r1);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 2 * kVec), r2);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 3 * kVec), r3);
-  }
-  std::memcpy(d + i, s + i, bytes - i);
-#else
-  std::memcpy(dst, src, bytes);
-#endif
-}
-
 template <class C, class Op>
 void Binary(void* dst, const void* a, const void* b, size_t count) {
   using T = typename C::T;
@@ -177,32 +155,44 @@ void Divide(void* data, size_t count, int n) {
   }
 }
 
-void CopyNontemporal(void* dst, const void* src, size_t bytes) {
+// SSE2 (part of x86-64) copies with streaming (kStream) or plain stores;
+// memcpy elsewhere.
+template <bool kStream>
+void CopySse2(void* dst, const void* src, size_t bytes) {
 #if CHOIR_KERNELS_X86
-  // SSE2 is part of x86-64, so streaming stores exist even here.
   constexpr size_t kVec = 16;
   auto* d = static_cast<uint8_t*>(dst);
   const auto* s = static_cast<const uint8_t*>(src);
   size_t head = (kVec - reinterpret_cast<uintptr_t>(d) % kVec) % kVec;
   if (head > bytes) head = bytes;
   std::memcpy(d, s, head);
+  auto put = [](uint8_t* p, __m128i r) {
+    if constexpr (kStream) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(p), r);
+    } else {
+      _mm_store_si128(reinterpret_cast<__m128i*>(p), r);
+    }
+  };
   size_t i = head;
   for (; i + 4 * kVec <= bytes; i += 4 * kVec) {
     const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
     const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + kVec));
     const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 2 * kVec));
     const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 3 * kVec));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), r0);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + kVec), r1);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 2 * kVec), r2);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 3 * kVec), r3);
+    put(d + i, r0);
+    put(d + i + kVec, r1);
+    put(d + i + 2 * kVec, r2);
+    put(d + i + 3 * kVec, r3);
   }
   std::memcpy(d + i, s + i, bytes - i);
-  _mm_sfence();
+  if constexpr (kStream) _mm_sfence();
 #else
   std::memcpy(dst, src, bytes);
 #endif
 }
+
+void CopyNontemporal(void* dst, const void* src, size_t bytes) { CopySse2<true>(dst, src, bytes); }
+void CopyVector(void* dst, const void* src, size_t bytes) { CopySse2<false>(dst, src, bytes); }
 
 template <class C, class Op>
 constexpr void SetOp(IsaTable& table, DataType type, ReduceOp op) {

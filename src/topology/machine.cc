@@ -6,12 +6,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <string>
 #include <map>
 #include <set>
+#include <string>
 
 #include "base/strings.h"
 #include "topology/build.h"
@@ -228,19 +227,13 @@ size_t CacheBytes(int level) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
     std::ifstream level_file(dir + "level");
     if (!level_file) break;
-    int found = 0;
-    if (!(level_file >> found) || found != level) continue;
+    std::string found;
+    level_file >> found;
+    if (strings::ParseInt(found) != level) continue;
     std::ifstream size_file(dir + "size");
     std::string text;
-    if (!(size_file >> text) || text.empty()) return 0;
-    char* end = nullptr;
-    const unsigned long long number = std::strtoull(text.c_str(), &end, 10);
-    if (end == text.c_str()) return 0;
-    const char unit = *end;
-    if (unit == 'K') return static_cast<size_t>(number) << 10;
-    if (unit == 'M') return static_cast<size_t>(number) << 20;
-    if (unit == 'G') return static_cast<size_t>(number) << 30;
-    return unit == '\0' ? static_cast<size_t>(number) : 0;
+    size_file >> text;
+    return strings::ParseBytes(text).value_or(0);  // "32768K"
   }
   return 0;
 }

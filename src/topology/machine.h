@@ -100,7 +100,9 @@ bool AffinityCpus(std::vector<int>* cpus);
 
 // Bytes of CPU 0's cache at `level` (3: the last level on x86) as the kernel
 // lists it in /sys/devices/system/cpu/cpu0/cache, what lscpu and hwloc show;
-// 0 when it is not listed. Not sysconf(_SC_LEVEL3_CACHE_SIZE): glibc's cpuid
+// 0 when it is not listed. Read there rather than through HwlocTopology,
+// whose load took 5-14 ms here (5 loads), because an algorithm asks for it
+// on its first call. Not sysconf(_SC_LEVEL3_CACHE_SIZE): glibc's cpuid
 // reading gave 256 MiB on an AMD EPYC VM whose kernel and hwloc say 32 MiB.
 size_t CacheBytes(int level);
 
