@@ -11,6 +11,7 @@
 #include <string>
 
 #include "algorithms/layout.h"
+#include "algorithms/switch_points.h"
 #include "choir/topology.h"
 
 namespace choir::algorithms {
@@ -32,6 +33,7 @@ struct GroupView {
   bool shares_cpus = false;   // and its ranks outnumber the CPUs they run on
   size_t slot_bytes = 0;      // shared slot payload
   size_t pipe_bytes = 0;      // shared pipe per rank (shm_pipe)
+  SwitchTable switch_table = SwitchTable::kIntel;  // which measured switch points apply
   const Layout* layout = nullptr;  // host layout when the group is the whole communicator
   LinkCost intra_host{1e-6, 10e9};
   LinkCost inter_host{20e-6, 3e9};  // a host's network link, shared by its ranks

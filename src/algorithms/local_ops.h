@@ -187,16 +187,6 @@ inline constexpr size_t kStreamingBytes = 4u << 20;     // larger outputs bypass
 // through the cache plus streaming stores up to 32-64 MiB (broadcast 16 MiB:
 // 15-17 against 11-14 GB/s; docs/performance.md).
 inline constexpr size_t kDirectCopyMaxBytes = 64u << 20;
-// Where shm_pipe takes over from cma (payload bytes of the whole buffer), when
-// process_vm_readv is allowed. With a core per rank, cma's kernel copies run
-// in parallel and win below 16 MiB for allreduce (1.5x at 4 MiB, 0.95-1.24x
-// in three passes at 8 MiB) and below 64 MiB for allgather (1.0-1.4x at
-// 8-16 MiB, even at 32 MiB); from there the pipe's single pass over memory
-// wins (allreduce 16 MiB 1.08-1.27x, allgather 64 MiB 1.27-1.30x). When the
-// ranks share cores, cma's waits for its peers cost time slices and the
-// pipe wins from 1 MiB (allgather 4 MiB): docs/performance.md, "cma or
-// shm_pipe".
-size_t PipeMinBytesWithCma(CollKind kind, bool ranks_share_cpus);
 // An in-place broadcast root writes a share into every receiver from here
 // on (BroadcastCma). At 256 KiB before; the share measured 1.26x–1.54x faster
 // at 64–128 KiB too (docs/performance.md, "Mid-size calls and 4-rank scaling").

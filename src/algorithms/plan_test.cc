@@ -4,7 +4,10 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/local_ops.h"
+#include "algorithms/switch_points.h"
 #include "choir/topology.h"
+#include "params/params.h"
+#include "topology/machine.h"
 
 namespace choir {
 namespace {
@@ -51,6 +54,7 @@ TEST(PlanTest, InterleavedTwoHostsPickHierForLargeAllreduce) {
 }
 
 TEST(PlanTest, OneHostUsesTheSharedArea) {
+  params::ScopedOverride tuning("CHOIR_SHM_TUNING", "intel");
   auto rows = ExplainPlan(Make(1, 4, false));
   ASSERT_TRUE(rows.ok());
   EXPECT_EQ(Row(*rows, "allreduce", 8)->algorithm, "shm_flat");
@@ -67,6 +71,18 @@ TEST(PlanTest, OneHostUsesTheSharedArea) {
   ASSERT_TRUE(shared.ok());
   EXPECT_EQ(Row(*shared, "allreduce", 1u << 20)->algorithm, "shm_pipe");
   EXPECT_EQ(Row(*shared, "allreduce", 512u << 10)->algorithm, "cma");
+}
+
+TEST(PlanTest, AmdSwitchPointsPreferThePipe) {
+  params::ScopedOverride tuning("CHOIR_SHM_TUNING", "amd");
+  auto rows = ExplainPlan(Make(1, 4, false));
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(Row(*rows, "allreduce", 8)->algorithm, "shm_flat");
+  EXPECT_EQ(Row(*rows, "allreduce", 64u << 10)->algorithm, "shm_pipe");
+  EXPECT_EQ(Row(*rows, "reduce_scatter", 64u << 20)->algorithm, "shm_pipe");
+  EXPECT_EQ(Row(*rows, "broadcast", 1u << 20)->algorithm, "cma");
+  EXPECT_NE(Row(*rows, "allreduce", 64u << 10)->why.find("amd"), std::string::npos)
+      << Row(*rows, "allreduce", 64u << 10)->why;
 }
 
 TEST(PlanTest, OneRankPerHostHasNoHierarchy) {
@@ -100,68 +116,142 @@ algorithms::OpArgs Float32Args(algorithms::CollKind kind) {
   return a;
 }
 
-// Where shm_pipe takes over from cma on one host with single copy allowed:
-// later when every rank has a core (16 MiB allreduce, 64 MiB allgather),
-// earlier when the ranks share cores (1 and 4 MiB); without single copy,
-// from the first size above the slots.
-TEST(PipeThresholdTest, DependsOnTheCollectiveAndOnSharedCores) {
+// The algorithm SameHostChoice picks for `bytes` of the whole buffer (the
+// count of allgather, reduce_scatter and alltoall is that of one rank's
+// block), or "generic" when none of the same-host ones should run it.
+std::string Choice(const algorithms::GroupView& g, algorithms::CollKind kind, uint64_t bytes) {
+  algorithms::OpArgs a = Float32Args(kind);
+  const bool blocks = kind == algorithms::CollKind::kAllgather || kind == algorithms::CollKind::kReduceScatter ||
+                      kind == algorithms::CollKind::kAlltoall;
+  a.count = static_cast<size_t>(bytes / 4 / (blocks ? static_cast<uint64_t>(g.size) : 1));
+  const algorithms::Algorithm* algo = algorithms::SameHostChoice(g, a);
+  return algo == nullptr ? "generic" : algo->name;
+}
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+
+// The Intel table: shm_pipe takes over from cma later when every rank has a
+// core (16 MiB allreduce, 64 MiB allgather), earlier when the ranks share
+// cores (1 and 4 MiB); reduce_scatter stays with cma; without single copy
+// the pipe runs everything past the slots.
+TEST(SwitchPointsTest, IntelPipeTakesOverFromCmaPerCollective) {
   algorithms::GroupView g = TwoRanksOneHost();
-  auto usable = [&](algorithms::CollKind kind, uint64_t bytes) {
-    algorithms::OpArgs a = Float32Args(kind);
-    a.count = static_cast<size_t>(bytes / 4 / (kind == algorithms::CollKind::kAllgather ? 2 : 1));
-    return algorithms::PipeUsable(g, a);
-  };
-  constexpr uint64_t kMiB = 1 << 20;
   for (const bool shared : {false, true}) {
     g.shares_cpus = shared;
     SCOPED_TRACE(shared ? "ranks share cores" : "a core per rank");
     const uint64_t allreduce = shared ? 1 * kMiB : 16 * kMiB;
     const uint64_t allgather = shared ? 4 * kMiB : 64 * kMiB;
-    EXPECT_EQ(algorithms::PipeMinBytesWithCma(algorithms::CollKind::kAllreduce, shared), allreduce);
-    EXPECT_EQ(algorithms::PipeMinBytesWithCma(algorithms::CollKind::kAllgather, shared), allgather);
-    EXPECT_FALSE(usable(algorithms::CollKind::kAllreduce, allreduce - 64));
-    EXPECT_TRUE(usable(algorithms::CollKind::kAllreduce, allreduce));
-    EXPECT_FALSE(usable(algorithms::CollKind::kAllgather, allgather - 64));
-    EXPECT_TRUE(usable(algorithms::CollKind::kAllgather, allgather));
-  }
-  g.cma = false;
-  EXPECT_TRUE(usable(algorithms::CollKind::kAllreduce, 256 << 10));
-  EXPECT_TRUE(usable(algorithms::CollKind::kAllgather, 256 << 10));
-}
-
-// Where shm_flat hands over to cma with single copy allowed: per
-// collective, later when the ranks share cores, never beyond the slots.
-TEST(FlatThresholdTest, DependsOnTheCollectiveAndOnSharedCores) {
-  algorithms::GroupView g = TwoRanksOneHost();
-  auto usable = [&](algorithms::CollKind kind, uint64_t bytes) {
-    algorithms::OpArgs a = Float32Args(kind);
-    a.count = static_cast<size_t>(bytes / 4);
-    return algorithms::FlatUsable(g, a);
-  };
-  constexpr uint64_t kKiB = 1024;
-  struct Want {
-    algorithms::CollKind kind;
-    uint64_t own_cores, shared_cores;  // largest slot payload on the slots
-  };
-  const Want wants[] = {
-      {algorithms::CollKind::kAllreduce, 16 * kKiB, 32 * kKiB},
-      {algorithms::CollKind::kBroadcast, 32 * kKiB, 64 * kKiB},  // 128 KiB, but the slots hold 64
-      {algorithms::CollKind::kReduce, 32 * kKiB, 64 * kKiB},
-      {algorithms::CollKind::kAllgather, 16 * kKiB, 16 * kKiB},
-  };
-  for (const bool shared : {false, true}) {
-    g.shares_cpus = shared;
-    for (const Want& w : wants) {
-      const uint64_t limit = shared ? w.shared_cores : w.own_cores;
-      SCOPED_TRACE(std::string(algorithms::CollKindName(w.kind)) + (shared ? ", shared cores" : ", own cores"));
-      EXPECT_TRUE(usable(w.kind, limit));
-      EXPECT_FALSE(usable(w.kind, limit + 4));
-    }
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, allreduce - 64), "cma");
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, allreduce), "shm_pipe");
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, allgather - 128), "cma");
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, allgather), "shm_pipe");
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, 256 * kMiB), "cma");
   }
   g.cma = false;
   g.shares_cpus = false;
-  EXPECT_TRUE(usable(algorithms::CollKind::kAllreduce, 64 * kKiB));
-  EXPECT_FALSE(usable(algorithms::CollKind::kAllreduce, 64 * kKiB + 4));
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 256 * kKiB), "shm_pipe");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 256 * kKiB), "shm_pipe");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, 256 * kKiB), "shm_pipe");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, 256 * kKiB), "generic");
+}
+
+struct FlatWant {
+  algorithms::CollKind kind;
+  uint64_t own_cores, shared_cores;  // largest slot payload on the slots
+};
+
+// The slots take payloads up to `wants`' limits, and not 64 bytes more.
+void ExpectFlatLimits(algorithms::GroupView g, const std::vector<FlatWant>& wants) {
+  for (const bool shared : {false, true}) {
+    g.shares_cpus = shared;
+    for (const FlatWant& w : wants) {
+      const uint64_t limit = shared ? w.shared_cores : w.own_cores;
+      const uint64_t per_payload = w.kind == algorithms::CollKind::kAllgather ? static_cast<uint64_t>(g.size) : 1;
+      SCOPED_TRACE(std::string(algorithms::CollKindName(w.kind)) + (shared ? ", shared cores" : ", own cores") +
+                   ", limit " + std::to_string(limit));
+      EXPECT_EQ(Choice(g, w.kind, limit * per_payload), "shm_flat");
+      EXPECT_NE(Choice(g, w.kind, (limit + 64) * per_payload), "shm_flat");
+    }
+  }
+}
+
+// The Intel table: where shm_flat hands over to cma with single copy
+// allowed, per collective, later when the ranks share cores, never beyond
+// the slots; without single copy the slots hold what fits.
+TEST(SwitchPointsTest, IntelFlatLimitsPerCollective) {
+  algorithms::GroupView g = TwoRanksOneHost();
+  ExpectFlatLimits(g, {{algorithms::CollKind::kAllreduce, 16 * kKiB, 32 * kKiB},
+                       {algorithms::CollKind::kReduceScatter, 16 * kKiB, 32 * kKiB},
+                       {algorithms::CollKind::kBroadcast, 32 * kKiB, 64 * kKiB},  // 128 KiB, but the slots hold 64
+                       {algorithms::CollKind::kReduce, 32 * kKiB, 64 * kKiB},
+                       {algorithms::CollKind::kAlltoall, 16 * kKiB, 32 * kKiB},
+                       {algorithms::CollKind::kAllgather, 16 * kKiB, 16 * kKiB}});
+  g.cma = false;
+  ExpectFlatLimits(g, {{algorithms::CollKind::kAllreduce, 64 * kKiB, 64 * kKiB},
+                       {algorithms::CollKind::kReduce, 64 * kKiB, 64 * kKiB}});
+}
+
+// The AMD table: the pipe before cma at every size for the collectives that
+// have one, the slots to their own limits whether or not single copy is
+// allowed; reduce and alltoall keep the slots to 64 KiB with a core per rank.
+TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
+  algorithms::GroupView g = TwoRanksOneHost();
+  g.switch_table = algorithms::SwitchTable::kAmd;
+  const std::vector<FlatWant> wants = {{algorithms::CollKind::kAllreduce, 16 * kKiB, 32 * kKiB},
+                                       {algorithms::CollKind::kReduceScatter, 64 * kKiB, 16 * kKiB},
+                                       {algorithms::CollKind::kAllgather, 64 * kKiB, 8 * kKiB},
+                                       {algorithms::CollKind::kBroadcast, 32 * kKiB, 64 * kKiB},
+                                       {algorithms::CollKind::kReduce, 64 * kKiB, 64 * kKiB},
+                                       {algorithms::CollKind::kAlltoall, 64 * kKiB, 32 * kKiB}};
+  ExpectFlatLimits(g, wants);
+  for (const bool shared : {false, true}) {
+    g.shares_cpus = shared;
+    SCOPED_TRACE(shared ? "ranks share cores" : "a core per rank");
+    for (const uint64_t bytes : {256 * kKiB, 1 * kMiB, 16 * kMiB, 256 * kMiB}) {
+      EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, bytes), "shm_pipe") << bytes;
+      EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, bytes), "shm_pipe") << bytes;
+      EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, bytes), "shm_pipe") << bytes;
+      EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, bytes), "cma") << bytes;
+      EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, bytes), "cma") << bytes;
+    }
+  }
+  // Without single copy the same flat limits for the collectives with a
+  // pipe; reduce keeps the slots as far as they hold.
+  g.cma = false;
+  g.shares_cpus = false;
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 16 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 32 * kKiB), "shm_pipe");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 64 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 128 * kKiB), "generic");
+  // A pipe too small to carry the blocks leaves them to cma.
+  g.cma = true;
+  g.pipe_bytes = 0;
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 1 * kMiB), "cma");
+}
+
+TEST(SwitchPointsTest, NotOneHostIsNotChosenHere) {
+  algorithms::GroupView g = TwoRanksOneHost();
+  g.same_host = false;
+  for (const auto table : {algorithms::SwitchTable::kIntel, algorithms::SwitchTable::kAmd}) {
+    g.switch_table = table;
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 8), "generic");
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 64 * kMiB), "generic");
+  }
+}
+
+// CHOIR_SHM_TUNING's values: intel and amd name their tables, auto follows
+// the CPU's maker (the Intel table for anything but AMD).
+TEST(SwitchPointsTest, SettingNamesATableOrFollowsTheCpu) {
+  for (const auto table : {algorithms::SwitchTable::kIntel, algorithms::SwitchTable::kAmd}) {
+    EXPECT_EQ(algorithms::ParseSwitchTable(algorithms::SwitchTableName(table)), table);
+    EXPECT_EQ(algorithms::SwitchTableFor(algorithms::SwitchTableName(table)), table);
+  }
+  EXPECT_FALSE(algorithms::ParseSwitchTable("auto").has_value());
+  EXPECT_FALSE(algorithms::ParseSwitchTable("AMD").has_value());
+  const auto here = topology::HostCpuVendor() == topology::CpuVendor::kAmd ? algorithms::SwitchTable::kAmd
+                                                                           : algorithms::SwitchTable::kIntel;
+  EXPECT_EQ(algorithms::SwitchTableFor("auto"), here);
 }
 
 }  // namespace

@@ -11,10 +11,12 @@ const std::vector<Algorithm>& AllAlgorithms() {
   constexpr const char* kFlatNeeds = "every rank on one host, sharing memory, and a payload that fits CHOIR_SHM_SLOT_BYTES";
   constexpr const char* kCmaNeeds = "every rank on one host, sharing memory, with process_vm_readv allowed (CHOIR_SHM_CMA=auto)";
   constexpr const char* kPipeCost = "1 step, input read once and output written once, chunks exchanged through the caches";
-  constexpr const char* kPipeNeeds = "every rank on one host, sharing memory, CHOIR_SHM_PIPE_BYTES > 0, and, when process_vm_readv is allowed, at least 16 MiB (allgather 64 MiB), or 1 MiB (allgather 4 MiB) when the host's ranks share cores";
+  constexpr const char* kPipeNeeds = "every rank on one host, sharing memory, and CHOIR_SHM_PIPE_BYTES > 0";
   constexpr const char* kHierCost = "intra-host steps in shared memory + 2(H-1)/H*N bytes per host between hosts, all local ranks in parallel";
   constexpr const char* kHierNeeds = "ranks on several hosts with at least one host holding two or more (equal hosts for reduce_scatter and allgather)";
-  // Within a collective, the order is the order of preference of the default selection.
+  // Within a collective: same-host algorithms first (which of them is
+  // preferred for a size: switch_points.cc), then the generic ones in order
+  // of preference.
   static const std::vector<Algorithm> all = {
       {"shm_flat", CollKind::kAllreduce, AllreduceFlat, kFlatCost, FlatUsable, kFlatNeeds},
       {"shm_pipe", CollKind::kAllreduce, AllreducePipe, kPipeCost, PipeUsable, kPipeNeeds},

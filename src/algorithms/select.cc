@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "algorithms/switch_points.h"
 #include "base/strings.h"
 
 namespace choir::algorithms {
@@ -30,12 +31,10 @@ bool Usable(const Algorithm& a, const GroupView& g, const OpArgs& args) {
 const Algorithm* DefaultFor(const GroupView& g, const OpArgs& args, uint64_t bytes,
                             const SelectConfig& config, bool substep, std::string* why) {
   const std::vector<const Algorithm*>& candidates = AlgorithmsFor(args.kind);
-  // One host: the shared area, in registry order (slots first, then single copy).
-  for (const Algorithm* a : candidates) {
-    if (a->usable != nullptr && !IsHierarchical(*a) && a->usable(g, args)) {
-      if (why) *why = "all ranks on one host";
-      return a;
-    }
+  // One host: the shared area, at the switch points measured for this host.
+  if (const Algorithm* a = SameHostChoice(g, args)) {
+    if (why) *why = fmt::format("all ranks on one host ({} switch points)", SwitchTableName(g.switch_table));
+    return a;
   }
   // Several hosts: the cheapest by the cost model.
   if (g.multi_host()) {

@@ -230,49 +230,12 @@ Status BarrierFlat(Context& c, const OpArgs& a) {
   return Status::Ok();
 }
 
-namespace {
-
-// With single copy (cma) allowed, the slot payload above which cma is the
-// faster path: copying into a slot and out again, with every rank reading all
-// of every peer's payload, loses to one copy from the owner's buffer (and,
-// for reductions, to each rank reducing only its share) from a size that
-// depends on the collective and on whether the ranks share cores: cma's
-// system calls and waits cost a shared core more, so the slots keep larger
-// payloads there. Measured as busbw (mean time per call) with
-// `choir perf -n 2|4 --algo shm_flat|cma`, 4-512 KiB (docs/algorithms.md,
-// "Where shm_flat hands over to cma").
-size_t FlatLimitWithCma(CollKind kind, bool ranks_share_cpus) {
-  constexpr size_t kKiB = 1024;
-  switch (kind) {
-    case CollKind::kAllreduce:
-      return (ranks_share_cpus ? 32 : 16) * kKiB;
-    case CollKind::kReduceScatter:
-      return (ranks_share_cpus ? 32 : 16) * kKiB;
-    case CollKind::kAllgather:
-    case CollKind::kAllgatherV:
-    case CollKind::kGather:
-    case CollKind::kScatter:
-      return 16 * kKiB;
-    case CollKind::kAlltoall:
-      return (ranks_share_cpus ? 32 : 16) * kKiB;
-    case CollKind::kBroadcast:
-      return (ranks_share_cpus ? 128 : 32) * kKiB;
-    case CollKind::kReduce:
-      return (ranks_share_cpus ? 64 : 32) * kKiB;
-    default:
-      return SIZE_MAX;  // barrier: no payload
-  }
-}
-
-}  // namespace
-
 bool FlatUsable(const GroupView& g, const OpArgs& a) {
   // Every rank must reach the same verdict: alltoallv's payload depends on
   // this rank's own send counts, which peers do not know, so it never goes flat.
   if (!g.same_host || a.kind == CollKind::kAlltoallV) return false;
-  const size_t payload = FlatSlotBytes(a, g.size);
-  if (g.cma && payload > FlatLimitWithCma(a.kind, g.shares_cpus)) return false;
-  return payload <= g.slot_bytes;
+  // Whether the slots are preferred for this payload: switch_points.cc.
+  return FlatSlotBytes(a, g.size) <= g.slot_bytes;
 }
 
 }  // namespace choir::algorithms

@@ -14,8 +14,9 @@
 // peers and one result. A rank overwrites a parity only after every peer has
 // consumed the step that used it before (AreaCtl::consumed); progress
 // counters (2k+1: inputs staged, 2k+2: result staged) order A, B and C.
-// Allgather is the same walk with one chunk per half: each rank stages chunk
-// k of its block (progress k+1) and copies chunk k of every peer's block.
+// Allgather is the same walk with one chunk per step: each rank stages
+// chunk k of its block (progress k+1) and copies chunk k of every peer's
+// block. Chunks are bounded by the L2 cache as well as by the pipe.
 //
 // Against cma, which copies through the kernel (process_vm_readv ran at
 // 5.3-5.6 GB/s per core here: docs/performance.md), every copy is a
@@ -29,16 +30,35 @@
 #include "algorithms/block_steps.h"
 #include "algorithms/local_ops.h"
 #include "kernels/reduce.h"
+#include "topology/machine.h"
 
 namespace choir::algorithms {
 namespace {
 
 using patterns::Block;
 
-// Elements per chunk: a step's 2 x n chunks fill the pipe, 64-byte aligned.
+// Bytes of the L2 cache, the bound of a step's chunks; 0 when not listed.
+size_t L2Bytes() {
+  static const size_t bytes = topology::CacheBytes(2);
+  return bytes;
+}
+
+// Bytes per chunk of `parts` chunks per step, two steps in the pipe: the
+// pipe's share, but no more than a step's share of the L2 cache (L2 / (2 x
+// parts)), so that a staged chunk is still in a cache when it is read. On
+// the AMD host (512 KiB of L2) that made 4-64 MiB allreduces 1.1-1.3x faster
+// with 2 ranks, allreduces and reduce_scatters 1.2-1.5x with 4, and 4-16 MiB
+// allgathers 1.2x (docs/algorithms.md, "Switch points per host"). The same
+// on every rank of the host.
+size_t ChunkBytes(size_t pipe_bytes, size_t parts) {
+  size_t bytes = pipe_bytes / (2 * parts) / 64 * 64;
+  if (const size_t l2 = L2Bytes(); l2 >= 64 * 1024) bytes = std::min(bytes, l2 / (2 * parts) / 64 * 64);
+  return bytes;
+}
+
+// Elements per chunk of the reduce walk (a step stages n chunks).
 size_t PipeChunkElems(size_t pipe_bytes, int n, size_t es) {
-  const size_t bytes = pipe_bytes / (2 * static_cast<size_t>(n)) / 64 * 64;
-  return bytes / es;
+  return ChunkBytes(pipe_bytes, static_cast<size_t>(n)) / es;
 }
 
 // How a rank walks `blocks` in chunks of `chunk` elements.
@@ -147,7 +167,7 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
   const int n = op.size();
   const int me = op.me();
   const size_t es = c.elem_size();
-  const size_t chunk = op.pipe_bytes() / 2 / 64 * 64 / es;
+  const size_t chunk = ChunkBytes(op.pipe_bytes(), 1) / es;  // one chunk per step
   CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, blocks, chunk, own, buf));
   if (walk.shared) return CmaAllgatherWith(op, own, buf, blocks);
   const bool streaming = walk.streaming;
@@ -216,15 +236,8 @@ bool PipeUsable(const GroupView& g, const OpArgs& a) {
   const size_t total = a.kind == CollKind::kReduceScatter || a.kind == CollKind::kAllgather
                            ? a.count * static_cast<size_t>(g.size)
                            : a.count;
-  if (!PipeFits(g.pipe_bytes, g.size, es, total / static_cast<size_t>(g.size) + 1)) return false;
-  return !g.cma || total * es >= PipeMinBytesWithCma(a.kind, g.shares_cpus);
-}
-
-size_t PipeMinBytesWithCma(CollKind kind, bool ranks_share_cpus) {
-  constexpr size_t kMiB = size_t{1} << 20;
-  if (kind == CollKind::kAllgather) return ranks_share_cpus ? 4 * kMiB : 64 * kMiB;
-  if (kind == CollKind::kAllreduce) return ranks_share_cpus ? 1 * kMiB : 16 * kMiB;
-  return 4 * kMiB;  // reduce_scatter: cma comes first in the registry (registry.cc)
+  // Whether the pipe is preferred for this size: switch_points.cc.
+  return PipeFits(g.pipe_bytes, g.size, es, total / static_cast<size_t>(g.size) + 1);
 }
 
 }  // namespace choir::algorithms

@@ -254,58 +254,68 @@ TEST(CommTopologyTest, BadTopologyFileFailsCreationWithItsLine) {
 // The communicator remembers its last choice for equal calls: alternating
 // collectives, counts, types and forced algorithms must each still get the
 // algorithm their own selection gives, with correct results.
+// Under both switch-point tables, each with its own choices where they differ.
 TEST(CommSelectionTest, RememberedChoiceNeverLeaksIntoOtherCalls) {
-  auto results = RunRanks(2, [](Communicator& comm) -> Status {
-    std::vector<float> small(2, 1.0f), large(64 << 10, 1.0f), out(64 << 10, 0.0f);
-    std::vector<double> dsmall(2, 1.0), dout(2, 0.0);
-    CallOptions forced;
-    forced.algorithm = "cma";
-    auto expect = [](const Work& w, const std::string& algorithm, const char* what) -> Status {
-      CHOIR_RETURN_IF_ERROR(w.Wait());
-      if (w.info().algorithm != algorithm) {
-        return Status(Code::kInternal, std::string(what) + ": " + w.info().algorithm + ", expected " + algorithm);
-      }
-      return Status::Ok();
-    };
-    for (int round = 0; round < 3; ++round) {
-      CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(small.data(), out.data(), 2, DataType::kFloat32, ReduceOp::kSum),
-                                   "shm_flat", "8 B allreduce"));
-      if (out[0] != 2.0f) return Status(Code::kInternal, "8 B allreduce value");
-      // Same collective and type, another count: its own choice (256 KiB: single copy).
-      CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(large.data(), out.data(), large.size(), DataType::kFloat32,
-                                                  ReduceOp::kSum),
-                                   "cma", "256 KiB allreduce"));
-      if (out[12345] != 2.0f) return Status(Code::kInternal, "256 KiB allreduce value");
-      // A forced algorithm is honoured and not remembered.
-      CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(small.data(), out.data(), 2, DataType::kFloat32, ReduceOp::kSum,
-                                                  forced),
-                                   "cma", "forced 8 B allreduce"));
-      CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(small.data(), out.data(), 2, DataType::kFloat32, ReduceOp::kSum),
-                                   "shm_flat", "8 B allreduce after a forced one"));
-      // Same count, another type or collective.
-      CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(dsmall.data(), dout.data(), 2, DataType::kFloat64, ReduceOp::kSum),
-                                   "shm_flat", "float64 allreduce"));
-      if (dout[1] != 2.0) return Status(Code::kInternal, "float64 allreduce value");
-      CHOIR_RETURN_IF_ERROR(expect(comm.Allgather(small.data(), out.data(), 2, DataType::kFloat32), "shm_flat",
-                                   "allgather"));
-      CHOIR_RETURN_IF_ERROR(expect(comm.Allgather(large.data(), out.data(), 16 << 10, DataType::kFloat32), "cma",
-                                   "64 KiB-block allgather"));
-      // Gather keeps the slots up to 16 KiB blocks, where they measured faster.
-      for (const auto& [count, algorithm] : {std::pair<size_t, const char*>{4 << 10, "shm_flat"}, {8 << 10, "cma"}}) {
-        std::vector<float> mine(count), all(2 * count, -1.0f);
-        for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(comm.rank() * 100000 + i);
-        CHOIR_RETURN_IF_ERROR(expect(comm.Gather(mine.data(), all.data(), count, DataType::kFloat32, 0), algorithm,
-                                     "gather"));
-        for (size_t i = 0; comm.rank() == 0 && i < all.size(); ++i) {
-          if (all[i] != static_cast<float>((i / count) * 100000 + i % count)) {
-            return Status(Code::kInternal, "gather of " + std::to_string(count) + " at " + std::to_string(i));
+  for (const std::string tuning : {"intel", "amd"}) {
+    params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);
+    const bool amd = tuning == "amd";
+    auto results = RunRanks(2, [amd](Communicator& comm) -> Status {
+      std::vector<float> small(2, 1.0f), large(64 << 10, 1.0f), out(64 << 10, 0.0f);
+      std::vector<double> dsmall(2, 1.0), dout(2, 0.0);
+      CallOptions forced;
+      forced.algorithm = "cma";
+      auto expect = [](const Work& w, const std::string& algorithm, const char* what) -> Status {
+        CHOIR_RETURN_IF_ERROR(w.Wait());
+        if (w.info().algorithm != algorithm) {
+          return Status(Code::kInternal, std::string(what) + ": " + w.info().algorithm + ", expected " + algorithm);
+        }
+        return Status::Ok();
+      };
+      for (int round = 0; round < 3; ++round) {
+        CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(small.data(), out.data(), 2, DataType::kFloat32, ReduceOp::kSum),
+                                     "shm_flat", "8 B allreduce"));
+        if (out[0] != 2.0f) return Status(Code::kInternal, "8 B allreduce value");
+        // Same collective and type, another count: its own choice (256 KiB:
+        // single copy on the Intel table, the pipe on the AMD one).
+        CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(large.data(), out.data(), large.size(), DataType::kFloat32,
+                                                    ReduceOp::kSum),
+                                     amd ? "shm_pipe" : "cma", "256 KiB allreduce"));
+        if (out[12345] != 2.0f) return Status(Code::kInternal, "256 KiB allreduce value");
+        // A forced algorithm is honoured and not remembered.
+        CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(small.data(), out.data(), 2, DataType::kFloat32, ReduceOp::kSum,
+                                                    forced),
+                                     "cma", "forced 8 B allreduce"));
+        CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(small.data(), out.data(), 2, DataType::kFloat32, ReduceOp::kSum),
+                                     "shm_flat", "8 B allreduce after a forced one"));
+        // Same count, another type or collective.
+        CHOIR_RETURN_IF_ERROR(expect(comm.Allreduce(dsmall.data(), dout.data(), 2, DataType::kFloat64, ReduceOp::kSum),
+                                     "shm_flat", "float64 allreduce"));
+        if (dout[1] != 2.0) return Status(Code::kInternal, "float64 allreduce value");
+        CHOIR_RETURN_IF_ERROR(expect(comm.Allgather(small.data(), out.data(), 2, DataType::kFloat32), "shm_flat",
+                                     "allgather"));
+        CHOIR_RETURN_IF_ERROR(expect(comm.Allgather(large.data(), out.data(), 16 << 10, DataType::kFloat32),
+                                     amd ? "shm_flat" : "cma", "64 KiB-block allgather"));
+        CHOIR_RETURN_IF_ERROR(expect(comm.Allgather(large.data(), out.data(), 32 << 10, DataType::kFloat32),
+                                     amd ? "shm_pipe" : "cma", "128 KiB-block allgather"));
+        if (out[(32 << 10) + 7] != 1.0f) return Status(Code::kInternal, "128 KiB-block allgather value");
+        // Gather keeps the slots up to 16 KiB blocks, where they measured faster.
+        for (const auto& [count, algorithm] : {std::pair<size_t, const char*>{4 << 10, "shm_flat"}, {8 << 10, "cma"}}) {
+          std::vector<float> mine(count), all(2 * count, -1.0f);
+          for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(comm.rank() * 100000 + i);
+          CHOIR_RETURN_IF_ERROR(expect(comm.Gather(mine.data(), all.data(), count, DataType::kFloat32, 0), algorithm,
+                                       "gather"));
+          for (size_t i = 0; comm.rank() == 0 && i < all.size(); ++i) {
+            if (all[i] != static_cast<float>((i / count) * 100000 + i % count)) {
+              return Status(Code::kInternal, "gather of " + std::to_string(count) + " at " + std::to_string(i));
+            }
           }
         }
       }
-    }
-    return Status::Ok();
-  }, Opts("shm"));
-  ExpectAllOk(results);
+      return Status::Ok();
+    }, Opts("shm"));
+    SCOPED_TRACE(tuning);
+    ExpectAllOk(results);
+  }
 }
 
 // Single-copy (cma) collectives on buffers large enough for the chunked and
@@ -425,8 +435,9 @@ TEST(CommPipeTest, BadPipeSizeIsAnInvalidSettingNamingIt) {
 }
 
 // Without process_vm_readv the default large-message path is shm_pipe; with
-// it, shm_pipe takes over from cma at a size that depends on the collective
-// and on whether the ranks share cores (PipeMinBytesWithCma).
+// it, shm_pipe takes over from cma at a size that depends on the host's
+// switch-point table, the collective and whether the ranks share cores
+// (switch_points.cc); 17.6 MB allreduces run it under every table.
 TEST(CommPipeTest, DefaultSelectionAndLargeBuffers) {
   for (const char* cma : {"off", "auto"}) {
     params::ScopedOverride allow("CHOIR_SHM_CMA", cma);

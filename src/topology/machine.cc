@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 #include <sched.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <cctype>
@@ -236,6 +239,20 @@ size_t CacheBytes(int level) {
     return strings::ParseBytes(text).value_or(0);  // "32768K"
   }
   return 0;
+}
+
+CpuVendor HostCpuVendor() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return CpuVendor::kOther;
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);  // the 12-byte vendor string sits in ebx, edx, ecx
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  if (std::strcmp(vendor, "GenuineIntel") == 0) return CpuVendor::kIntel;
+  if (std::strcmp(vendor, "AuthenticAMD") == 0) return CpuVendor::kAmd;
+#endif
+  return CpuVendor::kOther;
 }
 
 bool AffinityCpus(std::vector<int>* cpus) {

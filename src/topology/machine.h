@@ -106,6 +106,11 @@ bool AffinityCpus(std::vector<int>* cpus);
 // reading gave 256 MiB on an AMD EPYC VM whose kernel and hwloc say 32 MiB.
 size_t CacheBytes(int level);
 
+// The CPU's maker, from the cpuid instruction (kOther off x86). Same-host
+// algorithm switch points are measured per maker (algorithms/switch_points.h).
+enum class CpuVendor { kOther, kIntel, kAmd };
+CpuVendor HostCpuVendor();
+
 }  // namespace choir::topology
 
 #endif  // CHOIR_TOPOLOGY_MACHINE_H_

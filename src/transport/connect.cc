@@ -1,5 +1,6 @@
 #include "transport/connect.h"
 
+#include <fmt/format.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -269,8 +270,10 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     }
   }
 
-  // 7. Everyone is connected and mapped: segment names can go.
-  CHOIR_RETURN_IF_ERROR(store.Set("ready/" + std::to_string(rank), cma_ok ? "cma=1" : "cma=0"));
+  // 7. Everyone is connected and mapped: segment names can go. The local
+  // ranks also agree on single copy and on the switch-point table.
+  CHOIR_RETURN_IF_ERROR(store.Set("ready/" + std::to_string(rank),
+                                  std::string(cma_ok ? "cma=1" : "cma=0") + " tuning=" + options.tuning));
   std::vector<std::string> keys;
   for (int p : my_shm) {
     if (p != rank) keys.push_back("ready/" + std::to_string(p));
@@ -281,7 +284,18 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     if (!s.ok()) return s.WithContext("waiting for local ranks to map their shared-memory segments");
     for (const std::string& key : keys) {
       auto v = store.Get(key);
-      group_cma = group_cma && v.ok() && *v == "cma=1";
+      if (!v.ok()) return v.status().WithContext("reading " + key);
+      const size_t space = v->find(' ');
+      const std::string tuning = space == std::string::npos ? "" : v->substr(space + 1);
+      group_cma = group_cma && v->substr(0, space) == "cma=1";
+      if (tuning != "tuning=" + options.tuning) {
+        return Status(Code::kInvalidSetting,
+                      fmt::format("rank {} uses the '{}' same-host switch points but rank {} on the same host "
+                                  "uses '{}': set CHOIR_SHM_TUNING to the same value on every rank (or leave it "
+                                  "at auto)",
+                                  rank, options.tuning, key.substr(key.find('/') + 1),
+                                  tuning.substr(tuning.find('=') + 1)));
+      }
     }
   }
 
@@ -294,6 +308,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     group->ranks = my_shm;
     group->cma = group_cma;
     group->ranks_share_cpus = options.ranks_share_cpus;
+    group->tuning = options.tuning;
     size_t next_peer = 0;
     for (size_t i = 0; i < my_shm.size(); ++i) {
       const int p = my_shm[i];

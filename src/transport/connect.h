@@ -50,6 +50,9 @@ struct ConnectOptions {
   // This host's ranks compete for CPUs (RanksCompeteForCpus); the same on
   // every local rank, so same-host algorithm choices that depend on it agree.
   bool ranks_share_cpus = false;
+  // Name of the same-host switch-point table (CHOIR_SHM_TUNING resolved,
+  // algorithms/switch_points.h); every local rank must name the same.
+  std::string tuning = "intel";
 };
 
 // True when ranks a and b talk over shared memory. Error when a forced choice

@@ -177,6 +177,21 @@ TEST(SharedBufferMixTest, WithoutSingleCopyPermissionSharedBuffersTakeTheOrdinar
   EXPECT_TRUE(Contains(o.out, "shm_pipe")) << o.out;
 }
 
+// Ranks of one host that name different same-host switch-point tables would
+// pick different algorithms for one call: they stop at start-up instead, with
+// an error naming the setting.
+TEST(SwitchTableTest, DifferentTablesOnOneHostAreAnInvalidSetting) {
+  const std::string script = std::string("if [ \"$RANK\" = 1 ]; then export CHOIR_SHM_TUNING=amd; "
+                                         "else export CHOIR_SHM_TUNING=intel; fi; exec ") +
+                             CHOIR_BIN + " sweep --transport shm --counts 7 --sum-only";
+  const Outcome o = RunCommand(Launch(2, {"/bin/sh", "-c", script}), {{"CHOIR_TIMEOUT", "30"}}, 120);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_NE(o.exit_code, 0) << o.out;
+  EXPECT_TRUE(Contains(o.out, "E105")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "CHOIR_SHM_TUNING")) << o.out;
+  EXPECT_FALSE(Contains(o.out, "ALL OK")) << o.out;
+}
+
 class FaultTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FaultTest, KilledRankGivesPeerLostOnEverySurvivor) {

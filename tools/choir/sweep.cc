@@ -13,6 +13,7 @@
 // Thread-safety: runs on the main thread only.
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -58,6 +59,8 @@ class SweepCommand : public Subcommand {
     co.transport = transport_;
     auto comm = Communicator::FromEnvironment(co);
     if (!comm.ok()) {
+      // Only a missing launch environment calls for the hint about launching.
+      if (std::getenv("RANK") != nullptr) return ReportError(comm.status());
       return ReportError(comm.status().WithContext(
           "choir sweep needs the launch environment (start it with `choir run -n N choir sweep`)"));
     }

@@ -9,6 +9,7 @@
 #define CHOIR_TRANSPORT_SHM_LOCAL_GROUP_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "transport/shm/local_area.h"
@@ -25,6 +26,7 @@ struct LocalGroup {
   std::vector<int> pids;                // by local index
   bool cma = false;                     // process_vm_readv works between every pair
   bool ranks_share_cpus = false;        // more local ranks than CPUs for them (ConnectOptions)
+  std::string tuning;                   // switch-point table, equal on every local rank (ConnectOptions)
   uint64_t next_id = 1;                 // area operation counter, equal on every local rank
   // What this rank knows, without reading shared lines again, of how far
   // every local peer has finished reading: every peer finished reading the

@@ -1,0 +1,133 @@
+#include "algorithms/switch_points.h"
+
+#include "algorithms/algorithms.h"
+#include "topology/machine.h"
+
+namespace choir::algorithms {
+namespace {
+
+constexpr size_t kKiB = 1024;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// The Intel host: with single copy allowed, the slot payload above which cma
+// wins, per collective and per whether the ranks share cores (cma's system
+// calls and waits cost a shared core more, so the slots keep larger payloads
+// there). Measured as busbw (mean time per call) with `choir perf -n 2|4
+// --algo shm_flat|cma`, 4-512 KiB (docs/algorithms.md, "Where shm_flat hands
+// over to cma").
+size_t IntelFlatLimitWithCma(CollKind kind, bool shares_cpus) {
+  switch (kind) {
+    case CollKind::kAllreduce:
+    case CollKind::kReduceScatter:
+    case CollKind::kAlltoall:
+      return (shares_cpus ? 32 : 16) * kKiB;
+    case CollKind::kAllgather:
+    case CollKind::kAllgatherV:
+    case CollKind::kGather:
+    case CollKind::kScatter:
+      return 16 * kKiB;
+    case CollKind::kBroadcast:
+      return (shares_cpus ? 128 : 32) * kKiB;
+    case CollKind::kReduce:
+      return (shares_cpus ? 64 : 32) * kKiB;
+    default:
+      return SIZE_MAX;  // barrier: no payload
+  }
+}
+
+// The Intel host: where shm_pipe takes over from cma (bytes of the whole
+// buffer). With a core per rank, cma's kernel copies run in parallel and won
+// below 16 MiB for allreduce (1.5x at 4 MiB, 0.95-1.24x in three passes at
+// 8 MiB) and below 64 MiB for allgather (1.0-1.4x at 8-16 MiB, even at
+// 32 MiB); from there the pipe's single pass over memory won (allreduce
+// 16 MiB 1.08-1.27x, allgather 64 MiB 1.27-1.30x). When the ranks share
+// cores, cma's waits for its peers cost time slices and the pipe won from
+// 1 MiB (allgather 4 MiB): docs/performance.md, "cma or shm_pipe". For
+// reduce_scatter cma measured 1.38x faster at 16 MiB: the pipe only runs it
+// without single copy.
+uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
+  if (kind == CollKind::kAllreduce) return shares_cpus ? 1 * kMiB : 16 * kMiB;
+  if (kind == CollKind::kAllgather) return shares_cpus ? 4 * kMiB : 64 * kMiB;
+  return UINT64_MAX;
+}
+
+// The AMD host: where the slots hand over for the collectives that have a
+// pipe (flat against pipe, measured without single copy since cma lost to
+// both), and for reduce and alltoall with a core per rank (flat against
+// cma). `choir perf -n 2|4 --algo shm_flat|shm_pipe|cma`, mean µs per call,
+// median of 3-5 launches (docs/algorithms.md, "Switch points per host"):
+// allreduce 16 KiB alike, 32 KiB pipe 1.2x; reduce_scatter 64 KiB alike,
+// 256 KiB flat 1.08x; allgather (payload = block) alike up to 512 KiB
+// blocks, the slots hold 64 KiB. 0 when this table keeps the Intel limit.
+size_t AmdFlatLimit(CollKind kind, bool shares_cpus) {
+  switch (kind) {
+    case CollKind::kAllreduce:
+      return (shares_cpus ? 32 : 16) * kKiB;
+    case CollKind::kReduceScatter:
+      return (shares_cpus ? 16 : 64) * kKiB;
+    case CollKind::kAllgather:
+      return (shares_cpus ? 8 : 64) * kKiB;
+    case CollKind::kReduce:
+    case CollKind::kAlltoall:
+      return shares_cpus ? 0 : 64 * kKiB;
+    default:
+      return 0;
+  }
+}
+
+bool HasPipe(CollKind kind) {
+  return kind == CollKind::kAllreduce || kind == CollKind::kReduceScatter || kind == CollKind::kAllgather;
+}
+
+// Bytes of the whole buffer, the measure pipe_min is in.
+uint64_t WholeBufferBytes(const GroupView& g, const OpArgs& a) {
+  const bool blocks = a.kind == CollKind::kReduceScatter || a.kind == CollKind::kAllgather;
+  return static_cast<uint64_t>(a.count) * (blocks ? static_cast<uint64_t>(g.size) : 1) * a.elem_size();
+}
+
+}  // namespace
+
+const char* SwitchTableName(SwitchTable table) { return table == SwitchTable::kAmd ? "amd" : "intel"; }
+
+std::optional<SwitchTable> ParseSwitchTable(std::string_view name) {
+  if (name == "intel") return SwitchTable::kIntel;
+  if (name == "amd") return SwitchTable::kAmd;
+  return std::nullopt;
+}
+
+SwitchTable SwitchTableFor(std::string_view setting) {
+  if (const auto table = ParseSwitchTable(setting)) return *table;
+  return topology::HostCpuVendor() == topology::CpuVendor::kAmd ? SwitchTable::kAmd : SwitchTable::kIntel;
+}
+
+SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool shares_cpus) {
+  SameHostOrder order;
+  // Without single copy the slots run what they hold and the pipe the rest.
+  order.flat_max = cma ? IntelFlatLimitWithCma(kind, shares_cpus) : SIZE_MAX;
+  order.pipe_min = cma ? IntelPipeMinWithCma(kind, shares_cpus) : 0;
+  if (table == SwitchTable::kAmd) {
+    // On the AMD host the pipe beat cma at every size measured, 16 KiB to
+    // 32 MiB, for allreduce, reduce_scatter and allgather, a core per rank
+    // or not (1.1x-2x); flat against pipe was measured without single copy.
+    if (const size_t limit = AmdFlatLimit(kind, shares_cpus); limit > 0 && (cma || HasPipe(kind))) {
+      order.flat_max = limit;
+    }
+    if (HasPipe(kind)) order.pipe_min = 0;
+  }
+  return order;
+}
+
+const Algorithm* SameHostChoice(const GroupView& g, const OpArgs& a) {
+  if (!g.same_host) return nullptr;
+  const SameHostOrder order = SameHostOrderFor(g.switch_table, a.kind, g.cma, g.shares_cpus);
+  const Algorithm* flat = FindAlgorithm(a.kind, "shm_flat");
+  if (flat != nullptr && FlatUsable(g, a) && FlatSlotBytes(a, g.size) <= order.flat_max) return flat;
+  const Algorithm* pipe = FindAlgorithm(a.kind, "shm_pipe");
+  const bool pipe_runs = pipe != nullptr && PipeUsable(g, a);
+  if (pipe_runs && (!g.cma || WholeBufferBytes(g, a) >= order.pipe_min)) return pipe;
+  const Algorithm* cma = FindAlgorithm(a.kind, "cma");
+  if (cma != nullptr && CmaUsable(g, a)) return cma;
+  return pipe_runs ? pipe : nullptr;
+}
+
+}  // namespace choir::algorithms

@@ -1,0 +1,58 @@
+// Where the same-host algorithms hand over to one another: the shared slots
+// (shm_flat), the shared pipe (shm_pipe), single copy (cma) and, past them,
+// the generic algorithms over the shared-memory rings.
+//
+// The points are measured, not derived, and they differ between hosts by
+// more than one rule covers: on the Intel host (Emerald Rapids) cma won
+// from 16-32 KiB payloads and held allgather to 64 MiB; on the AMD host
+// (EPYC, Zen 3) copies through the caches beat cma at every size measured
+// for allreduce, reduce_scatter and allgather (docs/algorithms.md, "Switch
+// points per host"). Each host class has its table; CHOIR_SHM_TUNING picks
+// one (auto: by the CPU's maker, the Intel table for anything not AMD).
+// Every rank of a host must use the same table: connect checks it.
+//
+// The algorithms' `usable` functions say only whether an algorithm can run
+// (a payload that fits the slots, a pipe that carries the blocks); what is
+// preferred among those that can lives here.
+//
+// Thread-safety: pure functions.
+#ifndef CHOIR_ALGORITHMS_SWITCH_POINTS_H_
+#define CHOIR_ALGORITHMS_SWITCH_POINTS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "algorithms/op.h"
+
+namespace choir::algorithms {
+
+struct Algorithm;
+struct GroupView;
+
+enum class SwitchTable : uint8_t { kIntel, kAmd };
+
+const char* SwitchTableName(SwitchTable table);
+// "intel" or "amd"; nullopt for anything else.
+std::optional<SwitchTable> ParseSwitchTable(std::string_view name);
+// CHOIR_SHM_TUNING's value: "auto" picks by this CPU's maker.
+SwitchTable SwitchTableFor(std::string_view setting);
+
+// What a table prefers for one collective on one group.
+struct SameHostOrder {
+  size_t flat_max = 0;             // largest slot payload sent through the slots
+  uint64_t pipe_min = UINT64_MAX;  // whole-buffer bytes from which the pipe goes before cma
+  bool cma_before_generic = true;  // past the slots and the pipe: cma, or the generic algorithm
+};
+// `cma`: single copy allowed on the group; `shares_cpus`: its ranks share cores.
+SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool shares_cpus);
+
+// The same-host algorithm for `a` on `g`, or nullptr when the group is not
+// one host's ranks or the generic algorithms should run it. The same on
+// every rank: it depends only on what every rank of `g` agreed on.
+const Algorithm* SameHostChoice(const GroupView& g, const OpArgs& a);
+
+}  // namespace choir::algorithms
+
+#endif  // CHOIR_ALGORITHMS_SWITCH_POINTS_H_
