@@ -14,7 +14,8 @@ namespace {
 bool PipeCarries(const Context& c, const Blocks& blocks) {
   size_t largest = 0;
   for (const auto& b : blocks) largest = std::max(largest, b.count);
-  return PipeFits(c.local_group()->mine().pipe_bytes(), c.size(), c.elem_size(), largest);
+  return PipeFits(c.local_group()->mine().pipe_bytes(), c.local_group()->pipe_cache_bytes, c.size(), c.elem_size(),
+                  largest);
 }
 }  // namespace
 

@@ -48,7 +48,7 @@ Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Bloc
 Status PipeAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);  // shm_pipe.cc
 // Whether a pipe of `pipe_bytes` carries blocks of up to `largest_block`
 // elements of `es` bytes between n ranks (shm_pipe.cc).
-bool PipeFits(size_t pipe_bytes, int n, size_t es, size_t largest_block);
+bool PipeFits(size_t pipe_bytes, size_t cache_bytes, int n, size_t es, size_t largest_block);
 
 // Equal blocks of `count` elements split n ways.
 Blocks EvenBlocks(size_t count, int parts);

@@ -54,6 +54,7 @@ GroupView Context::View() const {
   v.shares_cpus = v.same_host && local_group()->ranks_share_cpus;
   v.slot_bytes = v.same_host ? local_group()->mine().slot_bytes() : 0;
   v.pipe_bytes = v.same_host ? local_group()->mine().pipe_bytes() : 0;
+  v.pipe_cache_bytes = v.same_host ? local_group()->pipe_cache_bytes : 0;
   if (v.same_host) v.switch_table = ParseSwitchTable(local_group()->tuning).value_or(SwitchTable::kIntel);
   v.layout = covers_whole_comm() ? layout_ : nullptr;
   v.intra_host = intra_host_;

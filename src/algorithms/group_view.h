@@ -33,6 +33,7 @@ struct GroupView {
   bool shares_cpus = false;   // and its ranks outnumber the CPUs they run on
   size_t slot_bytes = 0;      // shared slot payload
   size_t pipe_bytes = 0;      // shared pipe per rank (shm_pipe)
+  size_t pipe_cache_bytes = 0;  // L2 bytes bounding the pipe's chunks, agreed by the host's ranks
   SwitchTable switch_table = SwitchTable::kIntel;  // which measured switch points apply
   const Layout* layout = nullptr;  // host layout when the group is the whole communicator
   LinkCost intra_host{1e-6, 10e9};

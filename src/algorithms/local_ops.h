@@ -72,6 +72,7 @@ class AreaOp {
   // worth of its peers' pipes a rank has finished reading.
   uint8_t* pipe(int local_index) const { return group_->areas[static_cast<size_t>(local_index)].pipe(); }
   size_t pipe_bytes() const { return group_->mine().pipe_bytes(); }
+  size_t pipe_cache_bytes() const { return group_->pipe_cache_bytes; }  // bounds the chunks (ChunkBytes)
   void SetConsumed(uint64_t steps);
   Status WaitConsumedByAll(uint64_t steps);
 

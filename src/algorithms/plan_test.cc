@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/block_steps.h"
 #include "algorithms/local_ops.h"
 #include "algorithms/switch_points.h"
 #include "choir/topology.h"
@@ -224,10 +225,35 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 32 * kKiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 64 * kKiB), "shm_flat");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 128 * kKiB), "generic");
-  // A pipe too small to carry the blocks leaves them to cma.
-  g.cma = true;
+  // Without the pipe (CHOIR_SHM_PIPE_BYTES=0) and without single copy the
+  // slots keep what they hold, past the table's limit.
   g.pipe_bytes = 0;
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 32 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 64 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 128 * kKiB), "generic");
+  // With single copy, a pipe that cannot carry the blocks leaves them to cma.
+  g.cma = true;
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 32 * kKiB), "cma");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 1 * kMiB), "cma");
+}
+
+// The pipe's chunks are its share (4 MiB pipe, 2 ranks: 1 MiB), bounded by
+// the L2 cache the host's ranks agreed on (512 KiB: 128 KiB chunks), seen
+// through the largest block a walk can count (2^23 - 2 steps).
+TEST(SwitchPointsTest, PipeChunksFollowTheAgreedCache) {
+  constexpr size_t kMaxSteps = (size_t{1} << 23) - 2;
+  constexpr size_t kPipe = 4 << 20;
+  auto fits = [&](size_t cache, size_t chunk_bytes, size_t extra) {
+    return algorithms::PipeFits(kPipe, cache, 2, 4, kMaxSteps * (chunk_bytes / 4) + extra);
+  };
+  for (const auto& [cache, chunk] : {std::pair<size_t, size_t>{512 << 10, 128 << 10}, {2 << 20, 512 << 10},
+                                     {0, 1 << 20}, {8 << 20, 1 << 20}}) {
+    SCOPED_TRACE("cache " + std::to_string(cache));
+    EXPECT_TRUE(fits(cache, chunk, 0));
+    EXPECT_FALSE(fits(cache, chunk, 1));
+  }
+  // A pipe too small for one 64-byte chunk per part carries nothing.
+  EXPECT_FALSE(algorithms::PipeFits(64, 512 << 10, 2, 4, 100));
 }
 
 TEST(SwitchPointsTest, NotOneHostIsNotChosenHere) {

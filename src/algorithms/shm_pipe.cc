@@ -30,35 +30,29 @@
 #include "algorithms/block_steps.h"
 #include "algorithms/local_ops.h"
 #include "kernels/reduce.h"
-#include "topology/machine.h"
 
 namespace choir::algorithms {
 namespace {
 
 using patterns::Block;
 
-// Bytes of the L2 cache, the bound of a step's chunks; 0 when not listed.
-size_t L2Bytes() {
-  static const size_t bytes = topology::CacheBytes(2);
-  return bytes;
-}
-
 // Bytes per chunk of `parts` chunks per step, two steps in the pipe: the
 // pipe's share, but no more than a step's share of the L2 cache (L2 / (2 x
-// parts)), so that a staged chunk is still in a cache when it is read. On
+// parts); `cache_bytes`, the smallest L2 of the host's ranks, agreed when
+// they connect), so that a staged chunk is still in a cache when it is read. On
 // the AMD host (512 KiB of L2) that made 4-64 MiB allreduces 1.1-1.3x faster
 // with 2 ranks, allreduces and reduce_scatters 1.2-1.5x with 4, and 4-16 MiB
 // allgathers 1.2x (docs/algorithms.md, "Switch points per host"). The same
 // on every rank of the host.
-size_t ChunkBytes(size_t pipe_bytes, size_t parts) {
+size_t ChunkBytes(size_t pipe_bytes, size_t cache_bytes, size_t parts) {
   size_t bytes = pipe_bytes / (2 * parts) / 64 * 64;
-  if (const size_t l2 = L2Bytes(); l2 >= 64 * 1024) bytes = std::min(bytes, l2 / (2 * parts) / 64 * 64);
+  if (cache_bytes >= 64 * 1024) bytes = std::min(bytes, cache_bytes / (2 * parts) / 64 * 64);
   return bytes;
 }
 
 // Elements per chunk of the reduce walk (a step stages n chunks).
-size_t PipeChunkElems(size_t pipe_bytes, int n, size_t es) {
-  return ChunkBytes(pipe_bytes, static_cast<size_t>(n)) / es;
+size_t PipeChunkElems(size_t pipe_bytes, size_t cache_bytes, int n, size_t es) {
+  return ChunkBytes(pipe_bytes, cache_bytes, static_cast<size_t>(n)) / es;
 }
 
 // How a rank walks `blocks` in chunks of `chunk` elements.
@@ -81,7 +75,7 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const voi
     most = std::max(most, b.count);
     total += b.count;
   }
-  if (!PipeFits(op.pipe_bytes(), op.size(), es, most)) {
+  if (!PipeFits(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, most)) {
     return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
   }
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, out));
@@ -102,7 +96,7 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   const int n = op.size();
   const int me = op.me();
   const size_t es = c.elem_size();
-  const size_t chunk = PipeChunkElems(op.pipe_bytes(), n, es);
+  const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), n, es);
   const size_t chunk_bytes = chunk * es;
   CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, slices, chunk, in, out));
   if (walk.shared) return CmaReduceWith(op, in, out, slices, gather, average);
@@ -167,7 +161,7 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
   const int n = op.size();
   const int me = op.me();
   const size_t es = c.elem_size();
-  const size_t chunk = ChunkBytes(op.pipe_bytes(), 1) / es;  // one chunk per step
+  const size_t chunk = ChunkBytes(op.pipe_bytes(), op.pipe_cache_bytes(), 1) / es;  // one chunk per step
   CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, blocks, chunk, own, buf));
   if (walk.shared) return CmaAllgatherWith(op, own, buf, blocks);
   const bool streaming = walk.streaming;
@@ -222,8 +216,8 @@ Status ReduceScatterPipe(Context& c, const OpArgs& a) {
                     EvenBlocks(a.count * static_cast<size_t>(n), n), /*gather=*/false, /*average=*/true);
 }
 
-bool PipeFits(size_t pipe_bytes, int n, size_t es, size_t largest_block) {
-  const size_t chunk = PipeChunkElems(pipe_bytes, n, es);
+bool PipeFits(size_t pipe_bytes, size_t cache_bytes, int n, size_t es, size_t largest_block) {
+  const size_t chunk = PipeChunkElems(pipe_bytes, cache_bytes, n, es);
   if (chunk == 0) return false;
   // Progress counts 2 per step in 24 bits.
   const size_t steps = (largest_block + chunk - 1) / chunk;
@@ -237,7 +231,7 @@ bool PipeUsable(const GroupView& g, const OpArgs& a) {
                            ? a.count * static_cast<size_t>(g.size)
                            : a.count;
   // Whether the pipe is preferred for this size: switch_points.cc.
-  return PipeFits(g.pipe_bytes, g.size, es, total / static_cast<size_t>(g.size) + 1);
+  return PipeFits(g.pipe_bytes, g.pipe_cache_bytes, g.size, es, total / static_cast<size_t>(g.size) + 1);
 }
 
 }  // namespace choir::algorithms

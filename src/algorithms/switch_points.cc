@@ -58,7 +58,10 @@ uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
 // median of 3-5 launches (docs/algorithms.md, "Switch points per host"):
 // allreduce 16 KiB alike, 32 KiB pipe 1.2x; reduce_scatter 64 KiB alike,
 // 256 KiB flat 1.08x; allgather (payload = block) alike up to 512 KiB
-// blocks, the slots hold 64 KiB. 0 when this table keeps the Intel limit.
+// blocks, the slots hold 64 KiB. With 4 ranks on 2 cores the slots won at
+// 16 KiB (allreduce; allgather 4 KiB blocks), tied for reduce_scatter and
+// lost from 64 KiB (16 KiB blocks): the shared-core limits lie between.
+// 0 when this table keeps the Intel limit.
 size_t AmdFlatLimit(CollKind kind, bool shares_cpus) {
   switch (kind) {
     case CollKind::kAllreduce:
@@ -121,13 +124,14 @@ const Algorithm* SameHostChoice(const GroupView& g, const OpArgs& a) {
   if (!g.same_host) return nullptr;
   const SameHostOrder order = SameHostOrderFor(g.switch_table, a.kind, g.cma, g.shares_cpus);
   const Algorithm* flat = FindAlgorithm(a.kind, "shm_flat");
-  if (flat != nullptr && FlatUsable(g, a) && FlatSlotBytes(a, g.size) <= order.flat_max) return flat;
+  const bool flat_runs = flat != nullptr && FlatUsable(g, a);
+  if (flat_runs && FlatSlotBytes(a, g.size) <= order.flat_max) return flat;
   const Algorithm* pipe = FindAlgorithm(a.kind, "shm_pipe");
   const bool pipe_runs = pipe != nullptr && PipeUsable(g, a);
   if (pipe_runs && (!g.cma || WholeBufferBytes(g, a) >= order.pipe_min)) return pipe;
   const Algorithm* cma = FindAlgorithm(a.kind, "cma");
   if (cma != nullptr && CmaUsable(g, a)) return cma;
-  return pipe_runs ? pipe : nullptr;
+  return flat_runs ? flat : nullptr;  // a limit below the slots' size, with no pipe and no cma
 }
 
 }  // namespace choir::algorithms

@@ -43,14 +43,15 @@ SwitchTable SwitchTableFor(std::string_view setting);
 struct SameHostOrder {
   size_t flat_max = 0;             // largest slot payload sent through the slots
   uint64_t pipe_min = UINT64_MAX;  // whole-buffer bytes from which the pipe goes before cma
-  bool cma_before_generic = true;  // past the slots and the pipe: cma, or the generic algorithm
 };
 // `cma`: single copy allowed on the group; `shares_cpus`: its ranks share cores.
 SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool shares_cpus);
 
 // The same-host algorithm for `a` on `g`, or nullptr when the group is not
-// one host's ranks or the generic algorithms should run it. The same on
-// every rank: it depends only on what every rank of `g` agreed on.
+// one host's ranks or none of them can run it: the slots up to the table's
+// limit, then the pipe or cma in the table's order, and the slots as far as
+// they hold when neither of those can run. The same on every rank: it
+// depends only on what every rank of `g` agreed on.
 const Algorithm* SameHostChoice(const GroupView& g, const OpArgs& a);
 
 }  // namespace choir::algorithms

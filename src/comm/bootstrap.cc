@@ -20,6 +20,7 @@
 #include "diag/metrics_endpoint.h"
 #include "params/params.h"
 #include "topology/build.h"
+#include "topology/machine.h"
 #include "topology/topology_file.h"
 #include "transport/tcp/interfaces.h"
 
@@ -371,6 +372,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   co.wait.yield_ns = co.wait.spin_ns + params::GetInt(params::Id::kYieldMicros) * 1000;
   co.ranks_share_cpus = oversubscribed;
   co.tuning = algorithms::SwitchTableName(algorithms::SwitchTableFor(params::GetString(params::Id::kShmTuning)));
+  co.cache_bytes = topology::CacheBytes(2);
   auto endpoint = transport::ConnectPeers(*scoped, rank, peers, std::move(listener), co);
   if (!endpoint.ok()) return endpoint.status();
 

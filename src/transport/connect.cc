@@ -271,30 +271,31 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
   }
 
   // 7. Everyone is connected and mapped: segment names can go. The local
-  // ranks also agree on single copy and on the switch-point table.
-  CHOIR_RETURN_IF_ERROR(store.Set("ready/" + std::to_string(rank),
-                                  std::string(cma_ok ? "cma=1" : "cma=0") + " tuning=" + options.tuning));
-  std::vector<std::string> keys;
+  // ranks also agree on single copy, the switch-point table and the cache
+  // size that bounds the pipe's chunks.
+  const Readiness mine{cma_ok, options.tuning, options.cache_bytes};
+  CHOIR_RETURN_IF_ERROR(store.Set("ready/" + std::to_string(rank), FormatReadiness(mine)));
+  std::vector<int> local_peers;
   for (int p : my_shm) {
-    if (p != rank) keys.push_back("ready/" + std::to_string(p));
+    if (p != rank) local_peers.push_back(p);
   }
-  bool group_cma = cma_ok;
-  if (!keys.empty()) {
+  Readiness group_ready = mine;
+  int other_tuning_rank = -1;  // a local peer that names another switch-point table
+  std::string other_tuning;
+  if (!local_peers.empty()) {
+    std::vector<std::string> keys;
+    for (int p : local_peers) keys.push_back("ready/" + std::to_string(p));
     Status s = store.Wait(keys, Remaining(deadline));
     if (!s.ok()) return s.WithContext("waiting for local ranks to map their shared-memory segments");
-    for (const std::string& key : keys) {
-      auto v = store.Get(key);
-      if (!v.ok()) return v.status().WithContext("reading " + key);
-      const size_t space = v->find(' ');
-      const std::string tuning = space == std::string::npos ? "" : v->substr(space + 1);
-      group_cma = group_cma && v->substr(0, space) == "cma=1";
-      if (tuning != "tuning=" + options.tuning) {
-        return Status(Code::kInvalidSetting,
-                      fmt::format("rank {} uses the '{}' same-host switch points but rank {} on the same host "
-                                  "uses '{}': set CHOIR_SHM_TUNING to the same value on every rank (or leave it "
-                                  "at auto)",
-                                  rank, options.tuning, key.substr(key.find('/') + 1),
-                                  tuning.substr(tuning.find('=') + 1)));
+    for (int p : local_peers) {
+      auto v = store.Get("ready/" + std::to_string(p));
+      if (!v.ok()) return v.status().WithContext("reading rank " + std::to_string(p) + "'s readiness");
+      CHOIR_ASSIGN_OR_RETURN(const Readiness theirs, ParseReadiness(*v));
+      group_ready.cma = group_ready.cma && theirs.cma;
+      group_ready.cache_bytes = std::min(group_ready.cache_bytes, theirs.cache_bytes);
+      if (theirs.tuning != options.tuning && other_tuning_rank < 0) {
+        other_tuning_rank = p;
+        other_tuning = theirs.tuning;
       }
     }
   }
@@ -303,12 +304,20 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
   std::unique_ptr<LocalGroup> group;
   bool transitive = my_shm.size() > 1;
   for (int p : my_shm) transitive = transitive && plan.shm_peers[static_cast<size_t>(p)] == my_shm;
+  if (transitive && other_tuning_rank >= 0) {
+    // Their same-host choices would differ for one call: stop every one of them.
+    return Status(Code::kInvalidSetting,
+                  fmt::format("rank {} uses the '{}' same-host switch points but rank {} on the same host uses "
+                              "'{}': set CHOIR_SHM_TUNING to the same value on every rank (or leave it at auto)",
+                              rank, options.tuning, other_tuning_rank, other_tuning));
+  }
   if (transitive) {
     group = std::make_unique<LocalGroup>();
     group->ranks = my_shm;
-    group->cma = group_cma;
+    group->cma = group_ready.cma;
     group->ranks_share_cpus = options.ranks_share_cpus;
     group->tuning = options.tuning;
+    group->pipe_cache_bytes = group_ready.cache_bytes;
     size_t next_peer = 0;
     for (size_t i = 0; i < my_shm.size(); ++i) {
       const int p = my_shm[i];
@@ -327,6 +336,36 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
   CHOIR_LOG(Debug, INIT, "rank {}: {} shm peers, {} tcp peers", rank, my_shm.size() - 1,
             lower.size() + higher.size());
   return ep;
+}
+
+std::string FormatReadiness(const Readiness& r) {
+  return fmt::format("cma={} tuning={} l2={}", r.cma ? 1 : 0, r.tuning, r.cache_bytes);
+}
+
+Result<Readiness> ParseReadiness(const std::string& value) {
+  Readiness r;
+  bool cma = false, tuning = false, l2 = false;
+  for (const std::string& field : strings::Split(value, ' ')) {
+    const size_t eq = field.find('=');
+    const std::string key = field.substr(0, eq);
+    const std::string v = eq == std::string::npos ? "" : field.substr(eq + 1);
+    if (key == "cma" && (v == "0" || v == "1")) {
+      r.cma = v == "1";
+      cma = true;
+    } else if (key == "tuning" && !v.empty()) {
+      r.tuning = v;
+      tuning = true;
+    } else if (const auto bytes = strings::ParseInt(v); key == "l2" && bytes && *bytes >= 0) {
+      r.cache_bytes = static_cast<size_t>(*bytes);
+      l2 = true;
+    }
+  }
+  if (!cma || !tuning || !l2) {
+    return Status(Code::kStoreProtocol, "malformed shared-memory readiness '" + value +
+                                            "' (expected 'cma=0|1 tuning=NAME l2=BYTES'): is every rank the same "
+                                            "choir version?");
+  }
+  return r;
 }
 
 }  // namespace choir::transport

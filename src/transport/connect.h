@@ -53,7 +53,21 @@ struct ConnectOptions {
   // Name of the same-host switch-point table (CHOIR_SHM_TUNING resolved,
   // algorithms/switch_points.h); every local rank must name the same.
   std::string tuning = "intel";
+  // This rank's L2 cache bytes (0: unknown), which bound shm_pipe's chunks;
+  // the host's ranks use the smallest, so that their chunks agree.
+  size_t cache_bytes = 0;
 };
+
+// What a rank tells its local peers once it has mapped their segments
+// (store key ready/<rank>): "cma=1 tuning=amd l2=524288".
+struct Readiness {
+  bool cma = false;
+  std::string tuning;
+  size_t cache_bytes = 0;
+};
+std::string FormatReadiness(const Readiness& r);
+// StoreProtocol naming the value when it is not in that form.
+Result<Readiness> ParseReadiness(const std::string& value);
 
 // True when ranks a and b talk over shared memory. Error when a forced choice
 // cannot be honoured (shm between different hosts).

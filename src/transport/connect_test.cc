@@ -42,6 +42,31 @@ TEST(ConnectTest, PairChoiceIsSymmetricAndForcedShmAcrossHostsFails) {
   EXPECT_EQ(PairUsesShm(a, c).status().code(), Code::kInvalidSetting);
 }
 
+// What local ranks tell each other once mapped: round trip, and a value in
+// another form (an older choir, a foreign writer) is a StoreProtocol error
+// that names it and the expected form.
+TEST(ReadinessTest, RoundTripAndMalformedValues) {
+  const Readiness r{true, "amd", 524288};
+  EXPECT_EQ(FormatReadiness(r), "cma=1 tuning=amd l2=524288");
+  auto back = ParseReadiness(FormatReadiness(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->cma);
+  EXPECT_EQ(back->tuning, "amd");
+  EXPECT_EQ(back->cache_bytes, 524288u);
+  auto off = ParseReadiness("cma=0 tuning=intel l2=0");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->cma);
+  EXPECT_EQ(off->cache_bytes, 0u);
+  for (const std::string bad : {"cma=1", "", "cma=1 tuning=amd", "cma=2 tuning=amd l2=5", "cma=1 tuning= l2=5",
+                                "cma=1 tuning=amd l2=-1", "cma=1 tuning=amd l2=big"}) {
+    auto p = ParseReadiness(bad);
+    ASSERT_FALSE(p.ok()) << "'" << bad << "'";
+    EXPECT_EQ(p.status().code(), Code::kStoreProtocol) << bad;
+    EXPECT_NE(p.status().message().find("'" + bad + "'"), std::string::npos) << p.status().ToString();
+    EXPECT_NE(p.status().message().find("tuning=NAME"), std::string::npos) << p.status().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace choir::transport
 

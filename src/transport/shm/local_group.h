@@ -27,6 +27,7 @@ struct LocalGroup {
   bool cma = false;                     // process_vm_readv works between every pair
   bool ranks_share_cpus = false;        // more local ranks than CPUs for them (ConnectOptions)
   std::string tuning;                   // switch-point table, equal on every local rank (ConnectOptions)
+  size_t pipe_cache_bytes = 0;          // smallest L2 of the local ranks: bounds shm_pipe's chunks
   uint64_t next_id = 1;                 // area operation counter, equal on every local rank
   // What this rank knows, without reading shared lines again, of how far
   // every local peer has finished reading: every peer finished reading the
