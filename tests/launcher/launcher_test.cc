@@ -708,4 +708,22 @@ TEST(DoctorTest, ParamsJson) {
 }
 
 }  // namespace
+// `choir perf` names the same-host switch points it ran with, in its header
+// and in --json's machine description, so runs from different hosts are
+// not compared blindly.
+TEST(PerfTest, NamesTheSwitchPointsItRanWith) {
+  const std::string json_path = ::testing::TempDir() + "/perf_switch_points.json";
+  std::remove(json_path.c_str());
+  const Outcome r = RunChoir({"perf", "-n", "2", "--op", "allreduce", "--min-bytes", "8", "--max-bytes", "64K",
+                              "--step-factor", "8", "--iters", "5", "--warmup", "1", "--check", "--json", json_path},
+                             {"CHOIR_SHM_TUNING=amd"}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("heap buffers, amd switch points"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("check=ok"), std::string::npos) << r.out;
+  std::ifstream in(json_path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"switch_points\": \"amd\""), std::string::npos) << text.substr(0, 2000);
+  std::remove(json_path.c_str());
+}
+
 }  // namespace choir

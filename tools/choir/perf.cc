@@ -36,10 +36,12 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/switch_points.h"
 #include "base/clock.h"
 #include "base/strings.h"
 #include "choir/choir.h"
 #include "choir/selftest.h"
+#include "params/params.h"
 #include "subcommand.h"
 
 namespace choir::cli {
@@ -109,6 +111,12 @@ std::string ReadFirstLine(const char* path, const char* prefix) {
   return "";
 }
 
+// The same-host switch-point table this host's ranks use (CHOIR_SHM_TUNING
+// resolved): runs on hosts with different tables choose different algorithms.
+const char* SwitchPoints() {
+  return algorithms::SwitchTableName(algorithms::SwitchTableFor(params::GetString(params::Id::kShmTuning)));
+}
+
 json MachineDescription(const Communicator& comm) {
   utsname u{};
   uname(&u);
@@ -120,6 +128,7 @@ json MachineDescription(const Communicator& comm) {
               {"online_cpus", sysconf(_SC_NPROCESSORS_ONLN)},
               {"memory", ReadFirstLine("/proc/meminfo", "MemTotal")},
               {"kernel_isa", KernelIsa()},
+              {"switch_points", SwitchPoints()},
               {"choir", BuildString()},
               {"ranks", comm.size()},
               {"topology", json::parse(TopologyToJson(comm.topology()), nullptr, /*allow_exceptions=*/false)}};
@@ -225,9 +234,9 @@ class PerfCommand : public Subcommand {
     }
     const size_t es = DataTypeSize(*dtype);
     if (c.rank() == 0) {
-      fmt::print("# choir perf: {} ranks, {} {}, {} sizes from {} to {}, {} buffers, {}\n", c.size(), dtype_,
-                 reduce_op_, sizes.size(), strings::FormatBytes(*lo), strings::FormatBytes(*hi), buffers_,
-                 BuildString());
+      fmt::print("# choir perf: {} ranks, {} {}, {} sizes from {} to {}, {} buffers, {} switch points, {}\n", c.size(),
+                 dtype_, reduce_op_, sizes.size(), strings::FormatBytes(*lo), strings::FormatBytes(*hi), buffers_,
+                 SwitchPoints(), BuildString());
     }
     std::vector<Sample> samples;
     for (const std::string& op : ops) {
