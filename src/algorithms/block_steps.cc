@@ -5,6 +5,7 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/local_ops.h"
+#include "algorithms/switch_points.h"
 #include "kernels/reduce.h"
 #include "algorithms/patterns/ring.h"
 
@@ -16,6 +17,19 @@ bool PipeCarries(const Context& c, const Blocks& blocks) {
   for (const auto& b : blocks) largest = std::max(largest, b.count);
   return PipeFits(c.local_group()->mine().pipe_bytes(), c.local_group()->pipe_cache_bytes, c.size(), c.elem_size(),
                   largest);
+}
+
+// Whether the pipe goes before cma for these blocks: where the host's
+// switch-point table puts it for a whole collective of this kind and size
+// (switch_points.cc), or whenever it carries them without cma.
+bool PipeFirst(const Context& c, CollKind kind, const Blocks& blocks) {
+  if (!PipeCarries(c, blocks)) return false;
+  const GroupView v = c.View();
+  if (!v.cma) return true;
+  size_t total = 0;
+  for (const auto& b : blocks) total += b.count;
+  return static_cast<uint64_t>(total) * c.elem_size() >=
+         SameHostOrderFor(v.switch_table, kind, v.cma, v.shares_cpus).pipe_min;
 }
 }  // namespace
 
@@ -64,8 +78,8 @@ Status CmaReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, co
 
 Status ReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks) {
   if (LocalGroupUsable(c)) {
+    if (PipeFirst(c, CollKind::kReduceScatter, blocks)) return PipeReduceScatterBlocks(c, in, my_out, blocks);
     if (c.local_group()->cma) return CmaReduceScatterBlocks(c, in, my_out, blocks);
-    if (PipeCarries(c, blocks)) return PipeReduceScatterBlocks(c, in, my_out, blocks);
   }
   return RingReduceScatterBlocks(c, in, my_out, blocks);
 }
@@ -145,8 +159,8 @@ Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Bloc
 
 Status AllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
   if (LocalGroupUsable(c)) {
+    if (PipeFirst(c, CollKind::kAllgather, blocks)) return PipeAllgatherBlocks(c, buf, blocks);
     if (c.local_group()->cma) return CmaAllgatherBlocks(c, buf, blocks);
-    if (PipeCarries(c, blocks)) return PipeAllgatherBlocks(c, buf, blocks);
   }
   return RingAllgatherBlocks(c, buf, blocks);
 }

@@ -395,33 +395,39 @@ TEST(CommPipeTest, TinyPipeWithoutCmaMatchesReference) {
   }
 }
 
-// Without process_vm_readv the hierarchical algorithms' same-host steps run
-// through the pipe (a tiny one here: many steps): exact results, 2 hosts x 2
+// The hierarchical algorithms' same-host steps run through the pipe (a tiny
+// one here: many steps) without process_vm_readv, and with it on the AMD
+// switch-point table, which puts the pipe first: exact results, 2 hosts x 2
 // ranks and 2 hosts x 3 ranks declared by a topology file.
-TEST(CommPipeTest, HierarchicalStepsWithoutCmaMatchReference) {
+TEST(CommPipeTest, HierarchicalStepsThroughThePipeMatchReference) {
   params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", "8K");
-  params::ScopedOverride cma("CHOIR_SHM_CMA", "off");
-  for (int per_host : {2, 3}) {
-    std::string a, b;
-    for (int r = 0; r < per_host; ++r) {
-      a += (r ? ", " : "") + std::to_string(r);
-      b += (r ? ", " : "") + std::to_string(per_host + r);
+  for (const auto& [cma_setting, tuning] : {std::pair<const char*, const char*>{"off", "intel"}, {"auto", "amd"}}) {
+    SCOPED_TRACE(std::string("CHOIR_SHM_CMA=") + cma_setting + " CHOIR_SHM_TUNING=" + tuning);
+    params::ScopedOverride cma("CHOIR_SHM_CMA", cma_setting);
+    params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);
+    for (int per_host : {2, 3}) {
+      std::string a, b;
+      for (int r = 0; r < per_host; ++r) {
+        a += (r ? ", " : "") + std::to_string(r);
+        b += (r ? ", " : "") + std::to_string(per_host + r);
+      }
+      const std::string path =
+          WriteTempFile("pipetopo", "{\"version\": 1, \"world_size\": " + std::to_string(2 * per_host) +
+                                        ", \"hosts\": [{\"name\": \"a\", \"ranks\": [" + a +
+                                        "]}, {\"name\": \"b\", \"ranks\": [" + b + "]}]}");
+      params::ScopedOverride file("CHOIR_TOPO_FILE", path);
+      auto results = RunRanks(2 * per_host, [](Communicator& comm) -> Status {
+        SweepOptions so;
+        so.ops = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
+        so.dtypes = {DataType::kFloat32, DataType::kInt64, DataType::kBFloat16};
+        so.counts = {7, 5000, 70001};
+        so.algorithm = "hier";
+        so.reduce_ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
+        return CheckSweep(comm, so);
+      }, Opts("auto", 120s));
+      ExpectAllOk(results);
+      std::remove(path.c_str());
     }
-    const std::string path = WriteTempFile("pipetopo", "{\"version\": 1, \"world_size\": " + std::to_string(2 * per_host) +
-                                                           ", \"hosts\": [{\"name\": \"a\", \"ranks\": [" + a +
-                                                           "]}, {\"name\": \"b\", \"ranks\": [" + b + "]}]}");
-    params::ScopedOverride file("CHOIR_TOPO_FILE", path);
-    auto results = RunRanks(2 * per_host, [](Communicator& comm) -> Status {
-      SweepOptions so;
-      so.ops = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
-      so.dtypes = {DataType::kFloat32, DataType::kInt64, DataType::kBFloat16};
-      so.counts = {7, 5000, 70001};
-      so.algorithm = "hier";
-      so.reduce_ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
-      return CheckSweep(comm, so);
-    }, Opts("auto", 120s));
-    ExpectAllOk(results);
-    std::remove(path.c_str());
   }
 }
 
