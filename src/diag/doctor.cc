@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "algorithms/switch_points.h"
 #include "base/socket.h"
 #include "base/strings.h"
 #include "choir/settings.h"
@@ -284,6 +285,8 @@ json GatherHostFacts(const DoctorRoots& roots) {
   f["choir"] = {{"version", kVersionString},
                 {"build", BuildString()},
                 {"kernel_isa", KernelIsa()},
+                {"switch_points", algorithms::SwitchTableName(
+                                      algorithms::SwitchTableFor(SettingValue(settings, "CHOIR_SHM_TUNING")))},
                 {"protocol", kProtocolVersion}};
   json user_set = json::object();
   json invalid = json::array();
@@ -601,8 +604,12 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
         "choir",
         "choir build",
         Verdict::kPass,
-        fmt::format("choir {} ({}), kernels {}, protocol {}", Str(Get(f, {"choir", "version"})),
+        fmt::format("choir {} ({}), kernels {}, {}protocol {}", Str(Get(f, {"choir", "version"})),
                     Str(Get(f, {"choir", "build"})), Str(Get(f, {"choir", "kernel_isa"})),
+                    // The same-host switch points (facts from older builds lack them).
+                    Str(Get(f, {"choir", "switch_points"})).empty()
+                        ? ""
+                        : Str(Get(f, {"choir", "switch_points"})) + " switch points, ",
                     Int(Get(f, {"choir", "protocol"}), 0)),
         "",
         ""};

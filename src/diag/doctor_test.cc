@@ -24,7 +24,7 @@ json GoodFacts() {
                    "socket_ifname": "", "master_addr": "10.0.0.1", "error": ""},
     "clocksource": {"current": "tsc", "available": "tsc hpet acpi_pm"},
     "ports": [{"port": 29500, "purpose": "MASTER_PORT", "free": true}],
-    "choir": {"version": "0.1.0", "build": "x", "kernel_isa": "avx512", "protocol": 1},
+    "choir": {"version": "0.1.0", "build": "x", "kernel_isa": "avx512", "switch_points": "amd", "protocol": 1},
     "settings": {"user_set": {}, "invalid": [], "unknown_environment": []}
   })");
 }
@@ -46,6 +46,7 @@ TEST(DoctorTest, HealthyHostPassesEverything) {
   }
   EXPECT_NE(Find(checks, "interfaces").summary.find("choir would pick eth0 10.0.0.5"),
             std::string::npos);
+  EXPECT_EQ(Find(checks, "choir").summary, "choir 0.1.0 (x), kernels avx512, amd switch points, protocol 1");
 }
 
 TEST(DoctorTest, EachProblemHasAVerdictCauseAndFix) {
