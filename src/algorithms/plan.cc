@@ -69,7 +69,7 @@ Result<std::vector<PlanRow>> ExplainPlan(const Topology& topology) {
   view.slot_bytes = view.same_host ? params::GetBytes(params::Id::kShmSlotBytes) : 0;
   view.pipe_bytes = view.same_host ? params::GetBytes(params::Id::kShmPipeBytes) : 0;
   view.pipe_cache_bytes = view.same_host ? topology::CacheBytes(2) : 0;
-  view.switch_table = algorithms::SwitchTableFor(params::GetString(params::Id::kShmTuning));
+  view.switch_table = algorithms::ConfiguredSwitchTable();
   view.intra_host = algorithms::LinkCostOf(topology, "intra_host", view.intra_host);
   view.inter_host = algorithms::LinkCostOf(topology, "inter_host", view.inter_host);
   algorithms::SelectConfig config;

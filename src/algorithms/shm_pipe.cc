@@ -39,9 +39,9 @@ using patterns::Block;
 // Bytes per chunk of `parts` chunks per step, two steps in the pipe: the
 // pipe's share, but no more than a step's share of the L2 cache (L2 / (2 x
 // parts); `cache_bytes`, the smallest L2 of the host's ranks, agreed when
-// they connect), so that a staged chunk is still in a cache when it is read. On
-// the AMD host (512 KiB of L2) that made 4-64 MiB allreduces 1.1-1.3x faster
-// with 2 ranks, allreduces and reduce_scatters 1.2-1.5x with 4, and 4-16 MiB
+// they connect), so that a staged chunk is still in a cache when it is read.
+// On the AMD host (512 KiB of L2) that made 4-64 MiB allreduces 1.1-1.3x faster
+// with 2 ranks, allreduces and reduce_scatters 1.0-1.6x with 4, and 4-16 MiB
 // allgathers 1.2x (docs/algorithms.md, "Switch points per host"). The same
 // on every rank of the host.
 size_t ChunkBytes(size_t pipe_bytes, size_t cache_bytes, size_t parts) {

@@ -1,6 +1,7 @@
 #include "algorithms/switch_points.h"
 
 #include "algorithms/algorithms.h"
+#include "params/params.h"
 #include "topology/machine.h"
 
 namespace choir::algorithms {
@@ -78,16 +79,6 @@ size_t AmdFlatLimit(CollKind kind, bool shares_cpus) {
   }
 }
 
-bool HasPipe(CollKind kind) {
-  return kind == CollKind::kAllreduce || kind == CollKind::kReduceScatter || kind == CollKind::kAllgather;
-}
-
-// Bytes of the whole buffer, the measure pipe_min is in.
-uint64_t WholeBufferBytes(const GroupView& g, const OpArgs& a) {
-  const bool blocks = a.kind == CollKind::kReduceScatter || a.kind == CollKind::kAllgather;
-  return static_cast<uint64_t>(a.count) * (blocks ? static_cast<uint64_t>(g.size) : 1) * a.elem_size();
-}
-
 }  // namespace
 
 const char* SwitchTableName(SwitchTable table) { return table == SwitchTable::kAmd ? "amd" : "intel"; }
@@ -103,6 +94,8 @@ SwitchTable SwitchTableFor(std::string_view setting) {
   return topology::HostCpuVendor() == topology::CpuVendor::kAmd ? SwitchTable::kAmd : SwitchTable::kIntel;
 }
 
+SwitchTable ConfiguredSwitchTable() { return SwitchTableFor(params::GetString(params::Id::kShmTuning)); }
+
 SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool shares_cpus) {
   SameHostOrder order;
   // Without single copy the slots run what they hold and the pipe the rest.
@@ -111,11 +104,13 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
   if (table == SwitchTable::kAmd) {
     // On the AMD host the pipe beat cma at every size measured, 16 KiB to
     // 32 MiB, for allreduce, reduce_scatter and allgather, a core per rank
-    // or not (1.1x-2x); flat against pipe was measured without single copy.
-    if (const size_t limit = AmdFlatLimit(kind, shares_cpus); limit > 0 && (cma || HasPipe(kind))) {
+    // or not (1.06x-2.6x, medians of 3-5 launches); flat against pipe was
+    // measured without single copy.
+    const bool has_pipe = FindAlgorithm(kind, "shm_pipe") != nullptr;
+    if (const size_t limit = AmdFlatLimit(kind, shares_cpus); limit > 0 && (cma || has_pipe)) {
       order.flat_max = limit;
     }
-    if (HasPipe(kind)) order.pipe_min = 0;
+    if (has_pipe) order.pipe_min = 0;
   }
   return order;
 }
@@ -128,7 +123,7 @@ const Algorithm* SameHostChoice(const GroupView& g, const OpArgs& a) {
   if (flat_runs && FlatSlotBytes(a, g.size) <= order.flat_max) return flat;
   const Algorithm* pipe = FindAlgorithm(a.kind, "shm_pipe");
   const bool pipe_runs = pipe != nullptr && PipeUsable(g, a);
-  if (pipe_runs && (!g.cma || WholeBufferBytes(g, a) >= order.pipe_min)) return pipe;
+  if (pipe_runs && (!g.cma || a.SelectionBytes(g.size) >= order.pipe_min)) return pipe;
   const Algorithm* cma = FindAlgorithm(a.kind, "cma");
   if (cma != nullptr && CmaUsable(g, a)) return cma;
   return flat_runs ? flat : nullptr;  // a limit below the slots' size, with no pipe and no cma

@@ -38,6 +38,8 @@ const char* SwitchTableName(SwitchTable table);
 std::optional<SwitchTable> ParseSwitchTable(std::string_view name);
 // CHOIR_SHM_TUNING's value: "auto" picks by this CPU's maker.
 SwitchTable SwitchTableFor(std::string_view setting);
+// The table CHOIR_SHM_TUNING names for this process.
+SwitchTable ConfiguredSwitchTable();
 
 // What a table prefers for one collective on one group.
 struct SameHostOrder {

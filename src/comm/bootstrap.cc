@@ -371,7 +371,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   co.wait.spin_ns = oversubscribed ? 0 : params::GetInt(params::Id::kSpinMicros) * 1000;
   co.wait.yield_ns = co.wait.spin_ns + params::GetInt(params::Id::kYieldMicros) * 1000;
   co.ranks_share_cpus = oversubscribed;
-  co.tuning = algorithms::SwitchTableName(algorithms::SwitchTableFor(params::GetString(params::Id::kShmTuning)));
+  co.tuning = algorithms::SwitchTableName(algorithms::ConfiguredSwitchTable());
   co.cache_bytes = topology::CacheBytes(2);
   auto endpoint = transport::ConnectPeers(*scoped, rank, peers, std::move(listener), co);
   if (!endpoint.ok()) return endpoint.status();

@@ -599,17 +599,15 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
     }
     out.push_back(c);
   }
-  {  // choir build
+  {  // choir build; the same-host switch points are missing from older builds' facts
+    const std::string switch_points = Str(Get(f, {"choir", "switch_points"}));
     CheckResult c{
         "choir",
         "choir build",
         Verdict::kPass,
         fmt::format("choir {} ({}), kernels {}, {}protocol {}", Str(Get(f, {"choir", "version"})),
                     Str(Get(f, {"choir", "build"})), Str(Get(f, {"choir", "kernel_isa"})),
-                    // The same-host switch points (facts from older builds lack them).
-                    Str(Get(f, {"choir", "switch_points"})).empty()
-                        ? ""
-                        : Str(Get(f, {"choir", "switch_points"})) + " switch points, ",
+                    switch_points.empty() ? "" : switch_points + " switch points, ",
                     Int(Get(f, {"choir", "protocol"}), 0)),
         "",
         ""};

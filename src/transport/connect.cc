@@ -287,8 +287,9 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     for (int p : local_peers) keys.push_back("ready/" + std::to_string(p));
     Status s = store.Wait(keys, Remaining(deadline));
     if (!s.ok()) return s.WithContext("waiting for local ranks to map their shared-memory segments");
-    for (int p : local_peers) {
-      auto v = store.Get("ready/" + std::to_string(p));
+    for (size_t i = 0; i < local_peers.size(); ++i) {
+      const int p = local_peers[i];
+      auto v = store.Get(keys[i]);
       if (!v.ok()) return v.status().WithContext("reading rank " + std::to_string(p) + "'s readiness");
       CHOIR_ASSIGN_OR_RETURN(const Readiness theirs, ParseReadiness(*v));
       group_ready.cma = group_ready.cma && theirs.cma;

@@ -41,7 +41,6 @@
 #include "base/strings.h"
 #include "choir/choir.h"
 #include "choir/selftest.h"
-#include "params/params.h"
 #include "subcommand.h"
 
 namespace choir::cli {
@@ -113,9 +112,7 @@ std::string ReadFirstLine(const char* path, const char* prefix) {
 
 // The same-host switch-point table this host's ranks use (CHOIR_SHM_TUNING
 // resolved): runs on hosts with different tables choose different algorithms.
-const char* SwitchPoints() {
-  return algorithms::SwitchTableName(algorithms::SwitchTableFor(params::GetString(params::Id::kShmTuning)));
-}
+const char* SwitchPoints() { return algorithms::SwitchTableName(algorithms::ConfiguredSwitchTable()); }
 
 json MachineDescription(const Communicator& comm) {
   utsname u{};
