@@ -148,9 +148,11 @@ TEST(SwitchPointsTest, IntelPipeTakesOverFromCmaPerCollective) {
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, allgather - 128), "cma");
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, allgather), "shm_pipe");
     EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, 256 * kMiB), "cma");
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 256 * kMiB), "cma");
   }
   g.cma = false;
   g.shares_cpus = false;
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 256 * kKiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 256 * kKiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 256 * kKiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, 256 * kKiB), "shm_pipe");
@@ -195,7 +197,8 @@ TEST(SwitchPointsTest, IntelFlatLimitsPerCollective) {
 
 // The AMD table: the pipe before cma at every size for the collectives that
 // have one, the slots to their own limits whether or not single copy is
-// allowed; reduce and alltoall keep the slots to 64 KiB with a core per rank.
+// allowed; reduce keeps the slots to 64 KiB with a core per rank, alltoall to
+// 32 KiB.
 TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
   algorithms::GroupView g = TwoRanksOneHost();
   g.switch_table = algorithms::SwitchTable::kAmd;
@@ -204,7 +207,7 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
                                        {algorithms::CollKind::kAllgather, 64 * kKiB, 8 * kKiB},
                                        {algorithms::CollKind::kBroadcast, 32 * kKiB, 64 * kKiB},
                                        {algorithms::CollKind::kReduce, 64 * kKiB, 64 * kKiB},
-                                       {algorithms::CollKind::kAlltoall, 64 * kKiB, 32 * kKiB}};
+                                       {algorithms::CollKind::kAlltoall, 32 * kKiB, 32 * kKiB}};
   ExpectFlatLimits(g, wants);
   for (const bool shared : {false, true}) {
     g.shares_cpus = shared;
@@ -213,6 +216,7 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
       EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, bytes), "shm_pipe") << bytes;
       EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, bytes), "shm_pipe") << bytes;
       EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, bytes), "shm_pipe") << bytes;
+      EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, bytes), "shm_pipe") << bytes;
       EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, bytes), "cma") << bytes;
       EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, bytes), "cma") << bytes;
     }

@@ -54,6 +54,7 @@ const std::vector<Algorithm>& AllAlgorithms() {
       {"cma", CollKind::kScatter, ScatterCma, kCmaCost, CmaUsable, kCmaNeeds},
       {"linear", CollKind::kScatter, ScatterLinear, "1 step, root sends (n-1)/n*N bytes"},
       {"shm_flat", CollKind::kAlltoall, AlltoallFlat, kFlatCost, FlatUsable, kFlatNeeds},
+      {"shm_pipe", CollKind::kAlltoall, AlltoallPipe, kPipeCost, PipeUsable, kPipeNeeds},
       {"cma", CollKind::kAlltoall, AlltoallCma, kCmaCost, CmaUsable, kCmaNeeds},
       {"pairwise", CollKind::kAlltoall, AlltoallPairwise, "n-1 steps, (n-1)/n*N bytes"},
       {"cma", CollKind::kAlltoallV, AlltoallCma, kCmaCost, CmaUsable, kCmaNeeds},

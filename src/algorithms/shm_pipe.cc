@@ -1,7 +1,7 @@
 // Cost: 1 step; each input byte is read from memory once and each output byte
 // written once (streaming stores); the exchange between ranks runs through
 // the caches. For large messages on one host, with or without
-// process_vm_readv.
+// process_vm_readv: allreduce, reduce_scatter, allgather and alltoall.
 //
 // shm_pipe: the buffer is cut into n slices (rank r owns slice r) and every
 // slice into chunks that fit the caches; the ranks walk the chunks in steps.
@@ -16,7 +16,10 @@
 // counters (2k+1: inputs staged, 2k+2: result staged) order A, B and C.
 // Allgather is the same walk with one chunk per step: each rank stages
 // chunk k of its block (progress k+1) and copies chunk k of every peer's
-// block. Chunks are bounded by the L2 cache as well as by the pipe.
+// block. Alltoall is the reduce walk without the combining: a rank stages
+// chunk k of its block for every peer and copies chunk k of the block every
+// peer staged for it. Chunks are bounded by the L2 cache as well as by the
+// pipe.
 //
 // Against cma, which copies through the kernel (process_vm_readv ran at
 // 5.3-5.6 GB/s per core here: docs/performance.md), every copy is a
@@ -106,6 +109,13 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   auto stage = [&](int owner, uint64_t k, int part) {
     return op.pipe(owner) + ((k & 1) * static_cast<size_t>(n) + static_cast<size_t>(part)) * chunk_bytes;
   };
+  // A result nobody else reads (reduce_scatter), not averaged afterwards and
+  // not overwriting the input, is combined straight into the output.
+  size_t in_elems = 0;
+  for (const Block& b : slices) in_elems = std::max(in_elems, b.offset + b.count);
+  const uint8_t* in_end = in + in_elems * es;
+  const bool direct = !gather && !(average && c.op() == ReduceOp::kAvg) &&
+                      (my_out + mine.count * es <= in || my_out >= in_end);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
@@ -128,13 +138,17 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
       srcs[static_cast<size_t>(p)] = stage(p, k, me);
       c.CountSharedRead(p, m * es);
     }
-    uint8_t* result = stage(me, k, me);
-    if (m > 0) {
-      kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), /*nontemporal=*/false);
-      if (average) FinishAverage(c, result, m);
+    if (direct) {
+      if (m > 0) kernels::ReduceMany(my_out + k * chunk * es, srcs.data(), n, m, c.dtype(), c.op(), streaming);
+    } else {
+      uint8_t* result = stage(me, k, me);
+      if (m > 0) {
+        kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), /*nontemporal=*/false);
+        if (average) FinishAverage(c, result, m);
+      }
+      op.SetProgress(2 * k + 2);
+      if (m > 0) kernels::CopyBytes(my_out + k * chunk * es, result, m * es, streaming);
     }
-    op.SetProgress(2 * k + 2);
-    if (m > 0) kernels::CopyBytes(my_out + k * chunk * es, result, m * es, streaming);
     // C. every peer's result.
     if (gather) {
       for (int s = 1; s < n; ++s) {
@@ -189,6 +203,61 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
   return op.Finish();
 }
 
+// Alltoall (equal blocks): in step k a rank stages chunk k of its block for
+// every peer (part q of its pipe, the reduce walk's layout), copies chunk k of
+// its own block, then copies chunk k of the block each peer staged for it.
+// In place works unchanged: a rank overwrites chunk k of a block only after
+// it staged that chunk. With every rank's buffers in SharedBuffers (not in
+// place), each rank copies its blocks straight out of its peers' inputs.
+Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& blocks) {
+  AreaOp op(c);
+  const int n = op.size();
+  const int me = op.me();
+  const size_t es = c.elem_size();
+  const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), n, es);
+  const size_t chunk_bytes = chunk * es;
+  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, blocks, chunk, in, out));
+  const Block& mine = blocks[static_cast<size_t>(me)];
+  if (walk.shared && in != out) {
+    CopyIfDistinct(out + mine.offset * es, in + mine.offset * es, mine.count * es);
+    for (int s = 1; s < n; ++s) {
+      const int p = (me + s) % n;
+      const Block& b = blocks[static_cast<size_t>(p)];
+      CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, p, out + b.offset * es,
+                                         op.peers()[static_cast<size_t>(p)].send + mine.offset * es, b.count * es));
+    }
+    return op.Finish();
+  }
+  auto stage = [&](int owner, uint64_t k, int part) {
+    return op.pipe(owner) + ((k & 1) * static_cast<size_t>(n) + static_cast<size_t>(part)) * chunk_bytes;
+  };
+  for (uint64_t k = 0; k < walk.steps; ++k) {
+    if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
+    for (int q = 0; q < n; ++q) {
+      const Block& b = blocks[static_cast<size_t>(q)];
+      const size_t m = ChunkAt(b, k, chunk);
+      if (q == me || m == 0) continue;
+      kernels::CopyBytes(stage(me, k, q), in + (b.offset + k * chunk) * es, m * es, /*nontemporal=*/false);
+    }
+    op.SetProgress(k + 1);
+    if (const size_t m = ChunkAt(mine, k, chunk); m > 0 && in != out) {
+      kernels::CopyBytes(out + (mine.offset + k * chunk) * es, in + (mine.offset + k * chunk) * es, m * es,
+                         walk.streaming);
+    }
+    for (int s = 1; s < n; ++s) {
+      const int q = (me + s) % n;
+      const Block& b = blocks[static_cast<size_t>(q)];
+      const size_t mq = ChunkAt(b, k, chunk);
+      CHOIR_RETURN_IF_ERROR(op.WaitProgress(q, k + 1));
+      if (mq == 0) continue;
+      kernels::CopyBytes(out + (b.offset + k * chunk) * es, stage(q, k, me), mq * es, walk.streaming);
+      c.CountSharedRead(q, mq * es);
+    }
+    op.SetConsumed(k + 1);
+  }
+  return op.Finish();
+}
+
 }  // namespace
 
 Status PipeReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks) {
@@ -210,6 +279,11 @@ Status AllreducePipe(Context& c, const OpArgs& a) {
                     EvenBlocks(a.count, c.size()), /*gather=*/true, /*average=*/true);
 }
 
+Status AlltoallPipe(Context& c, const OpArgs& a) {
+  return PipeAlltoall(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
+                      patterns::BlocksFromCounts(a.SendCounts(c.size())));
+}
+
 Status ReduceScatterPipe(Context& c, const OpArgs& a) {
   const int n = c.size();
   return PipeReduce(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
@@ -227,9 +301,7 @@ bool PipeFits(size_t pipe_bytes, size_t cache_bytes, int n, size_t es, size_t la
 bool PipeUsable(const GroupView& g, const OpArgs& a) {
   if (!g.same_host) return false;
   const size_t es = a.elem_size();
-  const size_t total = a.kind == CollKind::kReduceScatter || a.kind == CollKind::kAllgather
-                           ? a.count * static_cast<size_t>(g.size)
-                           : a.count;
+  const size_t total = a.SelectionBytes(g.size) / es;
   // Whether the pipe is preferred for this size: switch_points.cc.
   return PipeFits(g.pipe_bytes, g.pipe_cache_bytes, g.size, es, total / static_cast<size_t>(g.size) + 1);
 }

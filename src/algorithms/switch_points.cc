@@ -54,14 +54,15 @@ uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
 
 // The AMD host: where the slots hand over for the collectives that have a
 // pipe (flat against pipe, measured without single copy since cma lost to
-// both), and for reduce and alltoall with a core per rank (flat against
-// cma). `choir perf -n 2|4 --algo shm_flat|shm_pipe|cma`, mean µs per call,
+// both), and for reduce with a core per rank (flat against cma). `choir perf -n 2|4 --algo shm_flat|shm_pipe|cma`, mean µs per call,
 // median of 3-5 launches (docs/algorithms.md, "Switch points per host"):
 // allreduce 16 KiB alike, 32 KiB pipe 1.2x; reduce_scatter 64 KiB alike,
 // 256 KiB flat 1.08x; allgather (payload = block) alike up to 512 KiB
 // blocks, the slots hold 64 KiB. With 4 ranks on 2 cores the slots won at
 // 16 KiB (allreduce; allgather 4 KiB blocks), tied for reduce_scatter and
 // lost from 64 KiB (16 KiB blocks): the shared-core limits lie between.
+// Alltoall (whole buffer): alike at 16 KiB, the pipe 1.2x faster at 64 KiB
+// with 2 ranks and 1.3x with 4 on 2 cores, where the slots won at 16 KiB.
 // 0 when this table keeps the Intel limit.
 size_t AmdFlatLimit(CollKind kind, bool shares_cpus) {
   switch (kind) {
@@ -71,8 +72,9 @@ size_t AmdFlatLimit(CollKind kind, bool shares_cpus) {
       return (shares_cpus ? 16 : 64) * kKiB;
     case CollKind::kAllgather:
       return (shares_cpus ? 8 : 64) * kKiB;
-    case CollKind::kReduce:
     case CollKind::kAlltoall:
+      return 32 * kKiB;
+    case CollKind::kReduce:
       return shares_cpus ? 0 : 64 * kKiB;
     default:
       return 0;
@@ -105,7 +107,9 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
     // On the AMD host the pipe beat cma at every size measured, 16 KiB to
     // 32 MiB, for allreduce, reduce_scatter and allgather, a core per rank
     // or not (1.06x-2.6x, medians of 3-5 launches); flat against pipe was
-    // measured without single copy.
+    // measured without single copy. For alltoall the pipe was 1.1x-1.4x
+    // faster from 4 MiB, alike with cma at 256 KiB-1 MiB (within the
+    // launches' spread) and faster at 16-64 KiB.
     const bool has_pipe = FindAlgorithm(kind, "shm_pipe") != nullptr;
     if (const size_t limit = AmdFlatLimit(kind, shares_cpus); limit > 0 && (cma || has_pipe)) {
       order.flat_max = limit;
