@@ -84,6 +84,7 @@ Status AllreducePipe(Context& c, const OpArgs& a);
 Status ReduceScatterPipe(Context& c, const OpArgs& a);
 Status AllgatherPipe(Context& c, const OpArgs& a);
 Status AlltoallPipe(Context& c, const OpArgs& a);
+Status BroadcastPipe(Context& c, const OpArgs& a);
 bool PipeUsable(const GroupView& g, const OpArgs& a);
 
 // Across hosts: hier.cc, with the cost model of cost.cc.

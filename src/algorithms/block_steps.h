@@ -34,6 +34,8 @@ Status PipeReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, c
 // with `gather`, `out` is the whole buffer and every slice lands at its
 // offset. `average` finishes ReduceOp::kAvg.
 Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& slices, bool gather, bool average);
+// A broadcast after `op` exchanged (the root's send, every rank's recv).
+Status BroadcastCmaWith(AreaOp& op, const OpArgs& a);
 
 // In place: group rank i's block is already at buf[blocks[i]]; afterwards
 // every rank has every block.

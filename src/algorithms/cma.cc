@@ -132,8 +132,13 @@ Status AllgatherCma(Context& c, const OpArgs& a) {
 
 Status BroadcastCma(Context& c, const OpArgs& a) {
   AreaOp op(c);
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, c.rank() == a.root ? a.send : nullptr, a.recv));
+  return BroadcastCmaWith(op, a);
+}
+
+Status BroadcastCmaWith(AreaOp& op, const OpArgs& a) {
+  Context& c = op.ctx();
   const bool root = c.rank() == a.root;
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, root ? a.send : nullptr, a.recv));
   const std::vector<PeerBuffers>& bufs = op.peers();
   const size_t bytes = a.count * c.elem_size();
   // An in-place root's core would idle while every receiver copies: it

@@ -156,7 +156,8 @@ TEST(SwitchPointsTest, IntelPipeTakesOverFromCmaPerCollective) {
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 256 * kKiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 256 * kKiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, 256 * kKiB), "shm_pipe");
-  EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, 256 * kKiB), "generic");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, 256 * kKiB), "shm_pipe");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 256 * kKiB), "generic");
 }
 
 struct FlatWant {
@@ -217,7 +218,9 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
       EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, bytes), "shm_pipe") << bytes;
       EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, bytes), "shm_pipe") << bytes;
       EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, bytes), "shm_pipe") << bytes;
-      EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, bytes), "cma") << bytes;
+      // Broadcast: cma before the pipe below 4 MiB with a core per rank.
+      EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, bytes),
+                shared || bytes >= 4 * kMiB ? "shm_pipe" : "cma") << bytes;
       EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, bytes), "cma") << bytes;
     }
   }

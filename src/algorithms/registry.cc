@@ -40,6 +40,7 @@ const std::vector<Algorithm>& AllAlgorithms() {
       {"cma", CollKind::kAllgatherV, AllgatherCma, kCmaCost, CmaUsable, kCmaNeeds},
       {"ring", CollKind::kAllgatherV, AllgatherRing, "n-1 steps, N - own block bytes"},
       {"shm_flat", CollKind::kBroadcast, BroadcastFlat, kFlatCost, FlatUsable, kFlatNeeds},
+      {"shm_pipe", CollKind::kBroadcast, BroadcastPipe, kPipeCost, PipeUsable, kPipeNeeds},
       {"cma", CollKind::kBroadcast, BroadcastCma, kCmaCost, CmaUsable, kCmaNeeds},
       {"hier", CollKind::kBroadcast, BroadcastHier, kHierCost, HierUsable, kHierNeeds, PredictHierBroadcast},
       {"binomial", CollKind::kBroadcast, BroadcastBinomial, "ceil(log2 n) steps, up to log2(n)*N bytes", nullptr, "",

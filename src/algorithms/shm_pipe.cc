@@ -1,7 +1,8 @@
 // Cost: 1 step; each input byte is read from memory once and each output byte
 // written once (streaming stores); the exchange between ranks runs through
 // the caches. For large messages on one host, with or without
-// process_vm_readv: allreduce, reduce_scatter, allgather and alltoall.
+// process_vm_readv: allreduce, reduce_scatter, allgather, alltoall and
+// broadcast.
 //
 // shm_pipe: the buffer is cut into n slices (rank r owns slice r) and every
 // slice into chunks that fit the caches; the ranks walk the chunks in steps.
@@ -16,7 +17,8 @@
 // counters (2k+1: inputs staged, 2k+2: result staged) order A, B and C.
 // Allgather is the same walk with one chunk per step: each rank stages
 // chunk k of its block (progress k+1) and copies chunk k of every peer's
-// block. Alltoall is the reduce walk without the combining: a rank stages
+// block; a broadcast's root alone stages, the others copy. Alltoall is the
+// reduce walk without the combining: a rank stages
 // chunk k of its block for every peer and copies chunk k of the block every
 // peer staged for it. Chunks are bounded by the L2 cache as well as by the
 // pipe.
@@ -260,6 +262,47 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
 
 }  // namespace
 
+// Broadcast: in step k the root stages chunk k of its buffer in its pipe
+// (and copies it to its own output when that is another buffer); every
+// other rank copies it out of the root's pipe. With the root's input and
+// every output in SharedBuffers, cma's walk over the mapped buffers instead.
+Status BroadcastPipe(Context& c, const OpArgs& a) {
+  AreaOp op(c);
+  const int root = a.root;
+  const bool is_root = op.me() == root;
+  const size_t es = c.elem_size();
+  const size_t chunk = ChunkBytes(op.pipe_bytes(), op.pipe_cache_bytes(), 1) / es;  // one chunk per step
+  if (!PipeFits(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, a.count)) {
+    return InternalError("shm_pipe chosen for a broadcast its pipe cannot carry");  // PipeUsable checks PipeFits
+  }
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, is_root ? a.send : nullptr, a.recv));
+  const std::vector<PeerBuffers>& bufs = op.peers();
+  bool shared = bufs[static_cast<size_t>(root)].send_ref.id != 0;
+  for (const PeerBuffers& b : bufs) shared = shared && b.recv_ref.id != 0;
+  if (shared) return BroadcastCmaWith(op, a);
+  const auto* src = static_cast<const uint8_t*>(a.send);
+  auto* dst = static_cast<uint8_t*>(a.recv);
+  const bool streaming = a.count * es >= kStreamingBytes;
+  const Block whole{0, a.count};
+  const uint64_t steps = (a.count + chunk - 1) / chunk;
+  for (uint64_t k = 0; k < steps; ++k) {
+    const size_t m = ChunkAt(whole, k, chunk);
+    uint8_t* stage = op.pipe(root) + (k & 1) * chunk * es;
+    if (is_root) {
+      if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
+      kernels::CopyBytes(stage, src + k * chunk * es, m * es, /*nontemporal=*/false);
+      op.SetProgress(k + 1);
+      if (src != dst) kernels::CopyBytes(dst + k * chunk * es, stage, m * es, streaming);
+    } else {
+      CHOIR_RETURN_IF_ERROR(op.WaitProgress(root, k + 1));
+      kernels::CopyBytes(dst + k * chunk * es, stage, m * es, streaming);
+      c.CountSharedRead(root, m * es);
+    }
+    op.SetConsumed(k + 1);
+  }
+  return op.Finish();
+}
+
 Status PipeReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks) {
   return PipeReduce(c, in, my_out, blocks, /*gather=*/false, /*average=*/false);
 }
@@ -302,8 +345,10 @@ bool PipeUsable(const GroupView& g, const OpArgs& a) {
   if (!g.same_host) return false;
   const size_t es = a.elem_size();
   const size_t total = a.SelectionBytes(g.size) / es;
+  // A broadcast walks the whole buffer; the others a block per rank.
+  const size_t largest = a.kind == CollKind::kBroadcast ? total : total / static_cast<size_t>(g.size) + 1;
   // Whether the pipe is preferred for this size: switch_points.cc.
-  return PipeFits(g.pipe_bytes, g.pipe_cache_bytes, g.size, es, total / static_cast<size_t>(g.size) + 1);
+  return PipeFits(g.pipe_bytes, g.pipe_cache_bytes, g.size, es, largest);
 }
 
 }  // namespace choir::algorithms

@@ -81,6 +81,18 @@ size_t AmdFlatLimit(CollKind kind, bool shares_cpus) {
   }
 }
 
+// The AMD host: where the pipe goes before cma (whole-buffer bytes). For
+// broadcast with a core per rank, cma's receiver reads while the root
+// writes a share itself, both cores copying at once: 1.3-1.7x faster than
+// the pipe at 256 KiB-1 MiB, alike at 4 MiB, the pipe 1.2-1.35x faster from
+// 16 MiB; with 4 ranks on 2 cores the pipe 1.1x at 1 MiB and 1.8-2.5x from
+// 4 MiB (`choir perf -n 2|4 --algo shm_pipe|cma`, 5 launches, 2026-11-30).
+// Everything else with a pipe: every size (above).
+uint64_t AmdPipeMin(CollKind kind, bool shares_cpus) {
+  if (kind == CollKind::kBroadcast && !shares_cpus) return 4 * kMiB;
+  return 0;
+}
+
 }  // namespace
 
 const char* SwitchTableName(SwitchTable table) { return table == SwitchTable::kAmd ? "amd" : "intel"; }
@@ -109,12 +121,12 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
     // or not (1.06x-2.6x, medians of 3-5 launches); flat against pipe was
     // measured without single copy. For alltoall the pipe was 1.1x-1.4x
     // faster from 4 MiB, alike with cma at 256 KiB-1 MiB (within the
-    // launches' spread) and faster at 16-64 KiB.
+    // launches' spread) and faster at 16-64 KiB. Broadcast: AmdPipeMin.
     const bool has_pipe = FindAlgorithm(kind, "shm_pipe") != nullptr;
     if (const size_t limit = AmdFlatLimit(kind, shares_cpus); limit > 0 && (cma || has_pipe)) {
       order.flat_max = limit;
     }
-    if (has_pipe) order.pipe_min = 0;
+    if (has_pipe) order.pipe_min = AmdPipeMin(kind, shares_cpus);
   }
   return order;
 }

@@ -386,7 +386,7 @@ TEST(CommPipeTest, TinyPipeWithoutCmaMatchesReference) {
   for (int n : {2, 3, 4}) {
     auto results = RunRanks(n, [](Communicator& comm) -> Status {
       SweepOptions so;
-      so.ops = {"allreduce", "reduce_scatter", "allgather", "alltoall"};
+      so.ops = {"allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast"};
       so.counts = {0, 1, 5, 1000, 4099, 70001};
       so.algorithm = "shm_pipe";
       return CheckSweep(comm, so, "shm_pipe", 50);
