@@ -218,9 +218,10 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
       EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, bytes), "shm_pipe") << bytes;
       EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, bytes), "shm_pipe") << bytes;
       EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, bytes), "shm_pipe") << bytes;
-      // Broadcast: cma before the pipe below 4 MiB with a core per rank.
+      // Broadcast: cma before the pipe below 16 MiB with a core per rank.
       EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, bytes),
-                shared || bytes >= 4 * kMiB ? "shm_pipe" : "cma") << bytes;
+                shared || bytes >= 16 * kMiB ? "shm_pipe" : "cma") << bytes;
+      EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, 16 * kMiB - 64), shared ? "shm_pipe" : "cma");
       EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, bytes), "cma") << bytes;
     }
   }

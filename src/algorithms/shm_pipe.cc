@@ -290,7 +290,11 @@ Status BroadcastPipe(Context& c, const OpArgs& a) {
     uint8_t* stage = op.pipe(root) + (k & 1) * chunk * es;
     if (is_root) {
       if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
-      kernels::CopyBytes(stage, src + k * chunk * es, m * es, /*nontemporal=*/false);
+      // Large broadcasts stage with streaming stores: the receivers then
+      // read the chunks from memory instead of out of the root's cache,
+      // which this AMD host ran 1.1-2.5x slower (docs/algorithms.md). The
+      // same for the other walks measured 1.1-1.4x slower: not there.
+      kernels::CopyBytes(stage, src + k * chunk * es, m * es, /*nontemporal=*/streaming);
       op.SetProgress(k + 1);
       if (src != dst) kernels::CopyBytes(dst + k * chunk * es, stage, m * es, streaming);
     } else {

@@ -84,12 +84,13 @@ size_t AmdFlatLimit(CollKind kind, bool shares_cpus) {
 // The AMD host: where the pipe goes before cma (whole-buffer bytes). For
 // broadcast with a core per rank, cma's receiver reads while the root
 // writes a share itself, both cores copying at once: 1.3-1.7x faster than
-// the pipe at 256 KiB-1 MiB, alike at 4 MiB, the pipe 1.2-1.35x faster from
-// 16 MiB; with 4 ranks on 2 cores the pipe 1.1x at 1 MiB and 1.8-2.5x from
-// 4 MiB (`choir perf -n 2|4 --algo shm_pipe|cma`, 5 launches, 2026-11-30).
+// the pipe at 256 KiB-1 MiB and 1.4x at 4 MiB; from 16 MiB the pipe,
+// staging with streaming stores, was 1.06-1.17x faster. With 4 ranks on 2
+// cores the pipe was 1.1x faster at 1 MiB and 1.4-2.1x from 4 MiB. `choir
+// perf -n 2|4 --algo shm_pipe|cma`, 5-7 launches (docs/algorithms.md).
 // Everything else with a pipe: every size (above).
 uint64_t AmdPipeMin(CollKind kind, bool shares_cpus) {
-  if (kind == CollKind::kBroadcast && !shares_cpus) return 4 * kMiB;
+  if (kind == CollKind::kBroadcast && !shares_cpus) return 16 * kMiB;
   return 0;
 }
 
