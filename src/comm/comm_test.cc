@@ -460,9 +460,9 @@ TEST(CommPipeTest, DefaultSelectionAndLargeBuffers) {
         so.dtypes = {DataType::kFloat32};
         so.counts = {4400001};
       } else {
-        so.ops = {"allreduce", "allgather"};
+        so.ops = {"allreduce", "allgather", "broadcast", "alltoall", "reduce_scatter"};
         so.dtypes = {DataType::kFloat32, DataType::kBFloat16};
-        so.counts = {2200001};  // 8.8 MB of float32, 4.4 MB of bfloat16
+        so.counts = {2200001};  // 8.8 MB of float32, 4.4 MB of bfloat16: streaming stores
       }
       so.all_reduce_ops = false;
       return CheckSweep(comm, so, "shm_pipe").WithContext(std::string("CHOIR_SHM_CMA=") + cma);
