@@ -85,6 +85,7 @@ Status ReduceScatterPipe(Context& c, const OpArgs& a);
 Status AllgatherPipe(Context& c, const OpArgs& a);
 Status AlltoallPipe(Context& c, const OpArgs& a);
 Status BroadcastPipe(Context& c, const OpArgs& a);
+Status ReducePipe(Context& c, const OpArgs& a);
 bool PipeUsable(const GroupView& g, const OpArgs& a);
 
 // Across hosts: hier.cc, with the cost model of cost.cc.

@@ -36,6 +36,8 @@ Status PipeReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, c
 Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& slices, bool gather, bool average);
 // A broadcast after `op` exchanged (the root's send, every rank's recv).
 Status BroadcastCmaWith(AreaOp& op, const OpArgs& a);
+// A reduce of `count` elements to `root` after `op` exchanged (send, recv).
+Status ReduceCmaWith(AreaOp& op, const uint8_t* send, uint8_t* recv, size_t count, int root);
 
 // In place: group rank i's block is already at buf[blocks[i]]; afterwards
 // every rank has every block.

@@ -169,31 +169,35 @@ Status BroadcastCmaWith(AreaOp& op, const OpArgs& a) {
 Status ReduceCma(Context& c, const OpArgs& a) {
   AreaOp op(c);
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv));
+  return ReduceCmaWith(op, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv), a.count, a.root);
+}
+
+Status ReduceCmaWith(AreaOp& op, const uint8_t* send, uint8_t* recv, size_t count, int root_rank) {
   // Every rank combines its own slice of all the inputs (n cores at work, not
   // the root's alone); the others then write their slice into the root's
   // output, a cache-sized piece at a time.
+  Context& c = op.ctx();
   const size_t es = c.elem_size();
-  const bool root = c.rank() == a.root;
-  const Blocks slices = ReduceSlices(a.count, c.size(), a.root);
+  const bool root = c.rank() == root_rank;
+  const Blocks slices = ReduceSlices(count, c.size(), root_rank);
   const auto& mine = slices[static_cast<size_t>(op.me())];
-  const auto* send = static_cast<const uint8_t*>(a.send);
   auto average = [&](uint64_t, uint8_t* chunk, size_t elems) { FinishAverage(c, chunk, elems); };
   if (root) {
-    auto* out = static_cast<uint8_t*>(a.recv) + mine.offset * es;
+    uint8_t* out = recv + mine.offset * es;
     CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, send, mine.offset * es, mine.count, out, average,
-                                          {.push = false, .streaming = a.count * es >= kStreamingBytes}));
+                                          {.push = false, .streaming = count * es >= kStreamingBytes}));
     for (int p = 0; p < op.size(); ++p) {
       if (p != op.me()) c.CountSharedRead(p, slices[static_cast<size_t>(p)].count * es);  // written here by its owner
     }
   } else {
-    const uint64_t root_out = op.peers()[static_cast<size_t>(a.root)].recv;
+    const uint64_t root_out = op.peers()[static_cast<size_t>(root_rank)].recv;
     const size_t piece = std::max<size_t>(1, kCmaChunkBytes / es);
     CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(std::min(piece, mine.count) * es, kReducePieceSlot));
     for (size_t done = 0; done < mine.count; done += piece) {
       const size_t m = std::min(piece, mine.count - done);
       const uint64_t off = (mine.offset + done) * es;
       CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, send, off, m, tmp, average, {}));
-      CHOIR_RETURN_IF_ERROR(CopyToPeer(op, a.root, root_out + off, tmp, m * es));
+      CHOIR_RETURN_IF_ERROR(CopyToPeer(op, root_rank, root_out + off, tmp, m * es));
     }
   }
   return op.Finish();

@@ -157,7 +157,8 @@ TEST(SwitchPointsTest, IntelPipeTakesOverFromCmaPerCollective) {
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 256 * kKiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, 256 * kKiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, 256 * kKiB), "shm_pipe");
-  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 256 * kKiB), "generic");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 256 * kKiB), "shm_pipe");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kGather, 256 * kKiB), "generic");
 }
 
 struct FlatWant {
@@ -198,8 +199,7 @@ TEST(SwitchPointsTest, IntelFlatLimitsPerCollective) {
 
 // The AMD table: the pipe before cma at every size for the collectives that
 // have one, the slots to their own limits whether or not single copy is
-// allowed; reduce keeps the slots to 64 KiB with a core per rank, alltoall to
-// 32 KiB.
+// allowed; reduce and alltoall keep them to 32 KiB.
 TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
   algorithms::GroupView g = TwoRanksOneHost();
   g.switch_table = algorithms::SwitchTable::kAmd;
@@ -207,7 +207,7 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
                                        {algorithms::CollKind::kReduceScatter, 64 * kKiB, 16 * kKiB},
                                        {algorithms::CollKind::kAllgather, 64 * kKiB, 8 * kKiB},
                                        {algorithms::CollKind::kBroadcast, 32 * kKiB, 64 * kKiB},
-                                       {algorithms::CollKind::kReduce, 64 * kKiB, 64 * kKiB},
+                                       {algorithms::CollKind::kReduce, 32 * kKiB, 32 * kKiB},
                                        {algorithms::CollKind::kAlltoall, 32 * kKiB, 32 * kKiB}};
   ExpectFlatLimits(g, wants);
   for (const bool shared : {false, true}) {
@@ -222,17 +222,19 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
       EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, bytes),
                 shared || bytes >= 16 * kMiB ? "shm_pipe" : "cma") << bytes;
       EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, 16 * kMiB - 64), shared ? "shm_pipe" : "cma");
-      EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, bytes), "cma") << bytes;
+      EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, bytes), "shm_pipe") << bytes;
     }
   }
   // Without single copy the same flat limits for the collectives with a
-  // pipe; reduce keeps the slots as far as they hold.
+  // pipe; gather (none) keeps the slots as far as they hold.
   g.cma = false;
   g.shares_cpus = false;
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 16 * kKiB), "shm_flat");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 32 * kKiB), "shm_pipe");
-  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 64 * kKiB), "shm_flat");
-  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 128 * kKiB), "generic");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 32 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 64 * kKiB), "shm_pipe");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kGather, 64 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kGather, 128 * kKiB), "generic");
   // Without the pipe (CHOIR_SHM_PIPE_BYTES=0) and without single copy the
   // slots keep what they hold, past the table's limit.
   g.pipe_bytes = 0;

@@ -46,6 +46,7 @@ const std::vector<Algorithm>& AllAlgorithms() {
       {"binomial", CollKind::kBroadcast, BroadcastBinomial, "ceil(log2 n) steps, up to log2(n)*N bytes", nullptr, "",
        PredictBinomial},
       {"shm_flat", CollKind::kReduce, ReduceFlat, kFlatCost, FlatUsable, kFlatNeeds},
+      {"shm_pipe", CollKind::kReduce, ReducePipe, kPipeCost, PipeUsable, kPipeNeeds},
       {"cma", CollKind::kReduce, ReduceCma, kCmaCost, CmaUsable, kCmaNeeds},
       {"binomial", CollKind::kReduce, ReduceBinomial, "ceil(log2 n) steps, N bytes"},
       {"shm_flat", CollKind::kGather, GatherFlat, kFlatCost, FlatUsable, kFlatNeeds},

@@ -1,8 +1,8 @@
 // Cost: 1 step; each input byte is read from memory once and each output byte
 // written once (streaming stores); the exchange between ranks runs through
 // the caches. For large messages on one host, with or without
-// process_vm_readv: allreduce, reduce_scatter, allgather, alltoall and
-// broadcast.
+// process_vm_readv: allreduce, reduce_scatter, reduce, allgather, alltoall
+// and broadcast.
 //
 // shm_pipe: the buffer is cut into n slices (rank r owns slice r) and every
 // slice into chunks that fit the caches; the ranks walk the chunks in steps.
@@ -15,18 +15,20 @@
 // peers and one result. A rank overwrites a parity only after every peer has
 // consumed the step that used it before (AreaCtl::consumed); progress
 // counters (2k+1: inputs staged, 2k+2: result staged) order A, B and C.
-// Allgather is the same walk with one chunk per step: each rank stages
-// chunk k of its block (progress k+1) and copies chunk k of every peer's
-// block; a broadcast's root alone stages, the others copy. Alltoall is the
-// reduce walk without the combining: a rank stages
-// chunk k of its block for every peer and copies chunk k of the block every
-// peer staged for it. Chunks are bounded by the L2 cache as well as by the
-// pipe.
+// A reduce_scatter stops after B and writes its result straight to its
+// output; in a reduce only the root runs C (and the other ranks write no
+// output). Allgather is the same walk with one chunk per step: each rank
+// stages chunk k of its block (progress k+1) and copies chunk k of every
+// peer's block; a broadcast's root alone stages, the others copy. Alltoall
+// is the reduce walk without the combining: a rank stages chunk k of its
+// block for every peer and copies chunk k of the block every peer staged
+// for it. Chunks are bounded by the L2 cache as well as by the pipe.
 //
 // Against cma, which copies through the kernel (process_vm_readv ran at
-// 5.3-5.6 GB/s per core here: docs/performance.md), every copy is a
-// user-space vector copy of data that is still in a cache, and the memory
-// traffic is the minimum: read the input once, write the output once. Reductions combine the ranks in rank
+// 5.3-5.6 GB/s per core on the Intel host, 8.5-9.4 on the AMD one:
+// docs/performance.md), every copy is a user-space vector copy of data that
+// is still in a cache, and the memory traffic is the minimum: read the
+// input once, write the output once. Reductions combine the ranks in rank
 // order, so every rank gets bit-identical results.
 #include <algorithm>
 #include <vector>
@@ -87,16 +89,30 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const voi
   return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes, op.AllShared()};
 }
 
+// Elements from the start of the buffer to the end of the last of `blocks`.
+size_t ElemsSpanned(const Blocks& blocks) {
+  size_t elems = 0;
+  for (const Block& b : blocks) elems = std::max(elems, b.offset + b.count);
+  return elems;
+}
+
 size_t ChunkAt(const Block& slice, size_t k, size_t chunk) {
   const size_t start = k * chunk;
   return start >= slice.count ? 0 : std::min(chunk, slice.count - start);
 }
 
-// Reduce-scatter of `in` over `slices`: this rank's slice of the result at
-// `out`. With `gather`, also the allgather of the results: `out` is then the
-// whole buffer and every slice lands at its offset. `average` finishes
+// Who receives what of a reduction over the pipe.
+enum class Output {
+  kMySlice,      // reduce_scatter: each rank its slice, at `out`
+  kWhole,        // allreduce: every rank the whole result, each slice at its offset
+  kWholeOnRoot,  // reduce: the root the whole result; the others nothing
+};
+
+// The combination of every rank's `in` over `slices`, each rank combining
+// its own slice, delivered as `output` says. `average` finishes
 // ReduceOp::kAvg (the hierarchical steps average once at their end instead).
-Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& slices, bool gather, bool average) {
+Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& slices, Output output, int root,
+                  bool average) {
   AreaOp op(c);
   const int n = op.size();
   const int me = op.me();
@@ -104,19 +120,25 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), n, es);
   const size_t chunk_bytes = chunk * es;
   CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, slices, chunk, in, out));
-  if (walk.shared) return CmaReduceWith(op, in, out, slices, gather, average);
+  if (walk.shared) {
+    if (output == Output::kWholeOnRoot) return ReduceCmaWith(op, in, out, ElemsSpanned(slices), root);
+    return CmaReduceWith(op, in, out, slices, output == Output::kWhole, average);
+  }
   const bool streaming = walk.streaming;
   const Block& mine = slices[static_cast<size_t>(me)];
-  uint8_t* my_out = gather ? out + mine.offset * es : out;
+  // Whether this rank copies every peer's result, and where its own goes
+  // (nowhere: a reduce's non-root).
+  const bool gather = output == Output::kWhole || (output == Output::kWholeOnRoot && me == root);
+  const bool staged = output != Output::kMySlice && !(output == Output::kWholeOnRoot && me == root);
+  uint8_t* my_out = output == Output::kMySlice ? out : (gather ? out + mine.offset * es : nullptr);
   auto stage = [&](int owner, uint64_t k, int part) {
     return op.pipe(owner) + ((k & 1) * static_cast<size_t>(n) + static_cast<size_t>(part)) * chunk_bytes;
   };
-  // A result nobody else reads (reduce_scatter), not averaged afterwards and
-  // not overwriting the input, is combined straight into the output.
-  size_t in_elems = 0;
-  for (const Block& b : slices) in_elems = std::max(in_elems, b.offset + b.count);
-  const uint8_t* in_end = in + in_elems * es;
-  const bool direct = !gather && !(average && c.op() == ReduceOp::kAvg) &&
+  // A result nobody else reads (reduce_scatter, a reduce's root), not
+  // averaged afterwards and not overwriting the input, is combined straight
+  // into the output.
+  const uint8_t* in_end = in + ElemsSpanned(slices) * es;
+  const bool direct = !staged && !(average && c.op() == ReduceOp::kAvg) &&
                       (my_out + mine.count * es <= in || my_out >= in_end);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (uint64_t k = 0; k < walk.steps; ++k) {
@@ -149,7 +171,7 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
         if (average) FinishAverage(c, result, m);
       }
       op.SetProgress(2 * k + 2);
-      if (m > 0) kernels::CopyBytes(my_out + k * chunk * es, result, m * es, streaming);
+      if (m > 0 && my_out != nullptr) kernels::CopyBytes(my_out + k * chunk * es, result, m * es, streaming);
     }
     // C. every peer's result.
     if (gather) {
@@ -308,7 +330,7 @@ Status BroadcastPipe(Context& c, const OpArgs& a) {
 }
 
 Status PipeReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks) {
-  return PipeReduce(c, in, my_out, blocks, /*gather=*/false, /*average=*/false);
+  return PipeReduce(c, in, my_out, blocks, Output::kMySlice, /*root=*/-1, /*average=*/false);
 }
 
 Status PipeAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
@@ -323,7 +345,7 @@ Status AllgatherPipe(Context& c, const OpArgs& a) {
 
 Status AllreducePipe(Context& c, const OpArgs& a) {
   return PipeReduce(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
-                    EvenBlocks(a.count, c.size()), /*gather=*/true, /*average=*/true);
+                    EvenBlocks(a.count, c.size()), Output::kWhole, /*root=*/-1, /*average=*/true);
 }
 
 Status AlltoallPipe(Context& c, const OpArgs& a) {
@@ -331,10 +353,16 @@ Status AlltoallPipe(Context& c, const OpArgs& a) {
                       patterns::BlocksFromCounts(a.SendCounts(c.size())));
 }
 
+Status ReducePipe(Context& c, const OpArgs& a) {
+  return PipeReduce(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
+                    EvenBlocks(a.count, c.size()), Output::kWholeOnRoot, a.root, /*average=*/true);
+}
+
 Status ReduceScatterPipe(Context& c, const OpArgs& a) {
   const int n = c.size();
   return PipeReduce(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
-                    EvenBlocks(a.count * static_cast<size_t>(n), n), /*gather=*/false, /*average=*/true);
+                    EvenBlocks(a.count * static_cast<size_t>(n), n), Output::kMySlice, /*root=*/-1,
+                    /*average=*/true);
 }
 
 bool PipeFits(size_t pipe_bytes, size_t cache_bytes, int n, size_t es, size_t largest_block) {

@@ -54,7 +54,7 @@ uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
 
 // The AMD host: where the slots hand over for the collectives that have a
 // pipe (flat against pipe, measured without single copy since cma lost to
-// both), and for reduce with a core per rank (flat against cma). `choir perf -n 2|4 --algo shm_flat|shm_pipe|cma`, mean µs per call,
+// both). `choir perf -n 2|4 --algo shm_flat|shm_pipe|cma`, mean µs per call,
 // median of 3-5 launches (docs/algorithms.md, "Switch points per host"):
 // allreduce 16 KiB alike, 32 KiB pipe 1.2x; reduce_scatter 64 KiB alike,
 // 256 KiB flat 1.08x; allgather (payload = block) alike up to 512 KiB
@@ -63,7 +63,8 @@ uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
 // lost from 64 KiB (16 KiB blocks): the shared-core limits lie between.
 // Alltoall (whole buffer): alike at 16 KiB, the pipe 1.2x faster at 64 KiB
 // with 2 ranks and 1.3x with 4 on 2 cores, where the slots won at 16 KiB.
-// 0 when this table keeps the Intel limit.
+// Reduce: alike at 16 KiB, the pipe 1.6x faster at 64 KiB with 2 and 4
+// ranks. 0 when this table keeps the Intel limit.
 size_t AmdFlatLimit(CollKind kind, bool shares_cpus) {
   switch (kind) {
     case CollKind::kAllreduce:
@@ -73,9 +74,8 @@ size_t AmdFlatLimit(CollKind kind, bool shares_cpus) {
     case CollKind::kAllgather:
       return (shares_cpus ? 8 : 64) * kKiB;
     case CollKind::kAlltoall:
-      return 32 * kKiB;
     case CollKind::kReduce:
-      return shares_cpus ? 0 : 64 * kKiB;
+      return 32 * kKiB;
     default:
       return 0;
   }
@@ -122,7 +122,9 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
     // or not (1.06x-2.6x, medians of 3-5 launches); flat against pipe was
     // measured without single copy. For alltoall the pipe was 1.1x-1.4x
     // faster from 4 MiB, alike with cma at 256 KiB-1 MiB (within the
-    // launches' spread) and faster at 16-64 KiB. Broadcast: AmdPipeMin.
+    // launches' spread) and faster at 16-64 KiB; for reduce 1.3x-2.6x
+    // faster from 64 KiB with 2 ranks, alike to 1.3x with 4 (alike at
+    // 256 KiB). Broadcast: AmdPipeMin.
     const bool has_pipe = FindAlgorithm(kind, "shm_pipe") != nullptr;
     if (const size_t limit = AmdFlatLimit(kind, shares_cpus); limit > 0 && (cma || has_pipe)) {
       order.flat_max = limit;

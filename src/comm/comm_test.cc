@@ -386,7 +386,7 @@ TEST(CommPipeTest, TinyPipeWithoutCmaMatchesReference) {
   for (int n : {2, 3, 4}) {
     auto results = RunRanks(n, [](Communicator& comm) -> Status {
       SweepOptions so;
-      so.ops = {"allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast"};
+      so.ops = {"allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast", "reduce"};
       so.counts = {0, 1, 5, 1000, 4099, 70001};
       so.algorithm = "shm_pipe";
       return CheckSweep(comm, so, "shm_pipe", 50);
@@ -460,7 +460,7 @@ TEST(CommPipeTest, DefaultSelectionAndLargeBuffers) {
         so.dtypes = {DataType::kFloat32};
         so.counts = {4400001};
       } else {
-        so.ops = {"allreduce", "allgather", "broadcast", "alltoall", "reduce_scatter"};
+        so.ops = {"allreduce", "allgather", "broadcast", "alltoall", "reduce_scatter", "reduce"};
         so.dtypes = {DataType::kFloat32, DataType::kBFloat16};
         so.counts = {2200001};  // 8.8 MB of float32, 4.4 MB of bfloat16: streaming stores
       }
