@@ -198,7 +198,7 @@ TEST(SwitchPointsTest, IntelFlatLimitsPerCollective) {
 }
 
 // The AMD table: the pipe before cma at every size for the collectives that
-// have one, the slots to their own limits whether or not single copy is
+// have one (broadcast with a core per rank from 16 MiB), the slots to their own limits whether or not single copy is
 // allowed; reduce and alltoall keep them to 32 KiB.
 TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
   algorithms::GroupView g = TwoRanksOneHost();

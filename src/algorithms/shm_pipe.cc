@@ -15,14 +15,15 @@
 // peers and one result. A rank overwrites a parity only after every peer has
 // consumed the step that used it before (AreaCtl::consumed); progress
 // counters (2k+1: inputs staged, 2k+2: result staged) order A, B and C.
-// A reduce_scatter stops after B and writes its result straight to its
-// output; in a reduce only the root runs C (and the other ranks write no
-// output). Allgather is the same walk with one chunk per step: each rank
-// stages chunk k of its block (progress k+1) and copies chunk k of every
-// peer's block; a broadcast's root alone stages, the others copy. Alltoall
-// is the reduce walk without the combining: a rank stages chunk k of its
-// block for every peer and copies chunk k of the block every peer staged
-// for it. Chunks are bounded by the L2 cache as well as by the pipe.
+// A reduce_scatter stops after B and, unless it averages or runs in place,
+// combines straight into its output; in a reduce only the root runs C
+// (and the other ranks write no output). Allgather is the same walk with
+// one chunk per step: each rank stages chunk k of its block (progress k+1)
+// and copies chunk k of every peer's block; a broadcast's root alone
+// stages, the others copy. Alltoall is the reduce walk without the
+// combining: a rank stages chunk k of its block for every peer and copies
+// chunk k of the block every peer staged for it. Chunks are bounded by the
+// L2 cache as well as by the pipe.
 //
 // Against cma, which copies through the kernel (process_vm_readv ran at
 // 5.3-5.6 GB/s per core on the Intel host, 8.5-9.4 on the AMD one:
@@ -73,7 +74,9 @@ struct Walk {
 // collective (the published addresses carry its signature, which is
 // compared), and returns the walk. When every rank's `in` and `out` lie in
 // SharedBuffers (op.AllShared(), the same answer on every rank), the ranks
-// read each other's buffers directly instead (cma.cc's walks).
+// read each other's buffers directly instead (cma.cc's walks). Every rank
+// must take the same branch after it: decide from op.peers(), which every
+// rank sees alike, never from this rank's own arguments alone.
 Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const void* in, void* out) {
   const size_t es = op.ctx().elem_size();
   size_t most = 0;
@@ -120,8 +123,14 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), n, es);
   const size_t chunk_bytes = chunk * es;
   CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, slices, chunk, in, out));
-  if (walk.shared) {
-    if (output == Output::kWholeOnRoot) return ReduceCmaWith(op, in, out, ElemsSpanned(slices), root);
+  if (output == Output::kWholeOnRoot) {
+    // A reduce reads every input and writes the root's output only (the
+    // other ranks' may be null): those in SharedBuffers suffice.
+    if (!average) return InternalError("a pipe reduce always finishes kAvg");  // ReduceCmaWith does
+    bool shared = op.peers()[static_cast<size_t>(root)].recv_ref.id != 0;
+    for (const PeerBuffers& b : op.peers()) shared = shared && b.send_ref.id != 0;
+    if (shared) return ReduceCmaWith(op, in, out, ElemsSpanned(slices), root);
+  } else if (walk.shared) {
     return CmaReduceWith(op, in, out, slices, output == Output::kWhole, average);
   }
   const bool streaming = walk.streaming;
@@ -138,8 +147,9 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   // averaged afterwards and not overwriting the input, is combined straight
   // into the output.
   const uint8_t* in_end = in + ElemsSpanned(slices) * es;
+  const auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
   const bool direct = !staged && !(average && c.op() == ReduceOp::kAvg) &&
-                      (my_out + mine.count * es <= in || my_out >= in_end);
+                      (at(my_out + mine.count * es) <= at(in) || at(my_out) >= at(in_end));
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
@@ -242,7 +252,11 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
   const size_t chunk_bytes = chunk * es;
   CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, blocks, chunk, in, out));
   const Block& mine = blocks[static_cast<size_t>(me)];
-  if (walk.shared && in != out) {
+  // Straight out of the peers' inputs only when no rank runs in place (its
+  // input would change under the readers): the same answer on every rank.
+  bool direct = walk.shared;
+  for (const PeerBuffers& b : op.peers()) direct = direct && b.send != b.recv;
+  if (direct) {
     CopyIfDistinct(out + mine.offset * es, in + mine.offset * es, mine.count * es);
     for (int s = 1; s < n; ++s) {
       const int p = (me + s) % n;
@@ -318,7 +332,7 @@ Status BroadcastPipe(Context& c, const OpArgs& a) {
       // same for the other walks measured 1.1-1.4x slower: not there.
       kernels::CopyBytes(stage, src + k * chunk * es, m * es, /*nontemporal=*/streaming);
       op.SetProgress(k + 1);
-      if (src != dst) kernels::CopyBytes(dst + k * chunk * es, stage, m * es, streaming);
+      if (src != dst) kernels::CopyBytes(dst + k * chunk * es, src + k * chunk * es, m * es, streaming);
     } else {
       CHOIR_RETURN_IF_ERROR(op.WaitProgress(root, k + 1));
       kernels::CopyBytes(dst + k * chunk * es, stage, m * es, streaming);

@@ -120,11 +120,11 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
     // On the AMD host the pipe beat cma at every size measured, 16 KiB to
     // 32 MiB, for allreduce, reduce_scatter and allgather, a core per rank
     // or not (1.06x-2.6x, medians of 3-5 launches); flat against pipe was
-    // measured without single copy. For alltoall the pipe was 1.1x-1.4x
+    // measured without single copy. For alltoall the pipe was 1.1x-1.5x
     // faster from 4 MiB, alike with cma at 256 KiB-1 MiB (within the
     // launches' spread) and faster at 16-64 KiB; for reduce 1.3x-2.6x
-    // faster from 64 KiB with 2 ranks, alike to 1.3x with 4 (alike at
-    // 256 KiB). Broadcast: AmdPipeMin.
+    // faster from 64 KiB with 2 ranks, and with 4 1.1x-1.6x but at 256 KiB
+    // (cma 1.08x, within the spread). Broadcast: AmdPipeMin.
     const bool has_pipe = FindAlgorithm(kind, "shm_pipe") != nullptr;
     if (const size_t limit = AmdFlatLimit(kind, shares_cpus); limit > 0 && (cma || has_pipe)) {
       order.flat_max = limit;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "choir/selftest.h"
+#include "choir/shared_buffer.h"
 #include "params/params.h"
 #include "testing/multi_rank.h"
 
@@ -374,6 +375,44 @@ TEST(CommSharedTest, SharedBuffersMatchReferenceAndAreReadDirectly) {
       return direct > 0 ? Status::Ok() : Status(Code::kInternal, "no case read a peer's SharedBuffer");
     }, Opts("shm", 120s));
     ExpectAllOk(results);
+  }
+}
+
+// Alltoall through the pipe with every buffer in SharedBuffers, some ranks
+// in place and some not: each rank's choice between reading its peers'
+// inputs directly and staging must not depend on its own arguments alone
+// (a rank in place staging while the others read directly would wait
+// forever). Exact values, 2 and 3 ranks, rank 0 alone in place and all but
+// rank 0 in place.
+TEST(CommSharedTest, AlltoallWithSomeRanksInPlaceMatchesReference) {
+  for (int n : {2, 3}) {
+    for (const bool zero_in_place : {true, false}) {
+      auto results = RunRanks(n, [&](Communicator& comm) -> Status {
+        constexpr size_t kCount = 70001;  // per block: past the slots
+        const size_t total = kCount * static_cast<size_t>(n);
+        auto send = SharedBuffer::Allocate(total * sizeof(float));
+        auto recv = SharedBuffer::Allocate(total * sizeof(float));
+        if (!send.ok() || !recv.ok()) return Status(Code::kInternal, "SharedBuffer::Allocate failed");
+        auto* in = send->as<float>();
+        for (size_t i = 0; i < total; ++i) in[i] = static_cast<float>(comm.rank() * 1000000 + static_cast<int>(i));
+        const bool in_place = (comm.rank() == 0) == zero_in_place;
+        float* out = in_place ? in : recv->as<float>();
+        CallOptions call;
+        call.algorithm = "shm_pipe";
+        CHOIR_RETURN_IF_ERROR(comm.Alltoall(in, out, kCount, DataType::kFloat32, call).Wait());
+        for (int p = 0; p < n; ++p) {
+          for (size_t i = 0; i < kCount; i += 997) {
+            const float want = static_cast<float>(p * 1000000 + static_cast<int>(comm.rank() * kCount + i));
+            if (out[p * kCount + i] != want) {
+              return Status(Code::kInternal, "block from rank " + std::to_string(p) + " at " + std::to_string(i));
+            }
+          }
+        }
+        return Status::Ok();
+      }, Opts("shm", 30s));
+      SCOPED_TRACE(std::to_string(n) + " ranks, rank 0 " + (zero_in_place ? "in place" : "not in place"));
+      ExpectAllOk(results);
+    }
   }
 }
 
