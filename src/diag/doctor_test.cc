@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <functional>
+
+#include "diag/core_copy.h"
 
 namespace choir::diag {
 namespace {
@@ -23,6 +27,7 @@ json GoodFacts() {
                    "chosen": {"name": "eth0", "address": "10.0.0.5", "reason": "route to the store host 10.0.0.1"},
                    "socket_ifname": "", "master_addr": "10.0.0.1", "error": ""},
     "clocksource": {"current": "tsc", "available": "tsc hpet acpi_pm"},
+    "core_copy": {"measured": true, "writer_cpu": 0, "reader_cpu": 1, "cross_gbps": 24.5, "own_gbps": 31.0},
     "ports": [{"port": 29500, "purpose": "MASTER_PORT", "free": true}],
     "choir": {"version": "0.1.0", "build": "x", "kernel_isa": "avx512", "switch_points": "amd", "protocol": 1},
     "settings": {"user_set": {}, "invalid": [], "unknown_environment": []}
@@ -40,7 +45,7 @@ const CheckResult& Find(const std::vector<CheckResult>& checks, const std::strin
 
 TEST(DoctorTest, HealthyHostPassesEverything) {
   const auto checks = JudgeHostFacts(GoodFacts());
-  EXPECT_EQ(checks.size(), 12u);
+  EXPECT_EQ(checks.size(), 13u);
   for (const CheckResult& c : checks) {
     EXPECT_EQ(c.verdict, Verdict::kPass) << c.id << ": " << c.summary << " / " << c.cause;
   }
@@ -69,6 +74,8 @@ TEST(DoctorTest, EachProblemHasAVerdictCauseAndFix) {
       {"hugepages", Verdict::kWarn, [](json& f) { f["hugepages"]["total"] = 16; }},
       {"cpu", Verdict::kWarn, [](json& f) { f["cpu"]["affinity"] = 4; }},
       {"clocksource", Verdict::kWarn, [](json& f) { f["clocksource"]["current"] = "hpet"; }},
+      {"core_copy", Verdict::kWarn, [](json& f) { f["core_copy"]["cross_gbps"] = 9.5; }},
+      {"core_copy", Verdict::kWarn, [](json& f) { f["core_copy"] = nullptr; }},
       {"ports", Verdict::kWarn,
        [](json& f) {
          f["ports"][0]["free"] = false;
@@ -110,11 +117,40 @@ TEST(DoctorTest, EachProblemHasAVerdictCauseAndFix) {
       std::string::npos);
 }
 
+// The copy between two CPUs, measured on this host: both figures when the
+// process may use two CPUs, the reason otherwise; never a verdict worse than
+// WARN. The healthy figures read back as they were measured.
+TEST(DoctorTest, CopiesBetweenCoresAreMeasuredOrSayWhyNot) {
+  const CoreCopy copy = MeasureCoreCopy(64 * 1024, 50);
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
+  if (CPU_COUNT(&mask) >= 2) {
+    EXPECT_TRUE(copy.measured) << copy.why_not;
+    EXPECT_GT(copy.cross_gbps, 0);
+    EXPECT_GT(copy.own_gbps, 0);
+    EXPECT_NE(copy.writer_cpu, copy.reader_cpu);
+  } else {
+    EXPECT_FALSE(copy.measured);
+    EXPECT_EQ(copy.why_not, "this process may run on one CPU only");
+  }
+  json facts = GoodFacts();
+  const CheckResult healthy = Find(JudgeHostFacts(facts), "core_copy");
+  EXPECT_EQ(healthy.summary, "CPU 1 copies what CPU 0 just wrote at 24.5 GB/s, what it wrote itself at 31.0");
+  facts["core_copy"] = {{"measured", false}, {"why_not", "this process may run on one CPU only"}};
+  const CheckResult one_cpu = Find(JudgeHostFacts(facts), "core_copy");
+  EXPECT_EQ(one_cpu.verdict, Verdict::kPass);
+  EXPECT_EQ(one_cpu.summary, "not measured: this process may run on one CPU only");
+  facts["core_copy"] = {{"measured", true}, {"writer_cpu", 0}, {"reader_cpu", 1}, {"cross_gbps", 9.5},
+                        {"own_gbps", 31.0}};
+  EXPECT_NE(Find(JudgeHostFacts(facts), "core_copy").cause.find("at 31 % of the speed"), std::string::npos);
+}
+
 TEST(DoctorTest, MissingOrWrongFactsWarnInsteadOfCrashing) {
   for (const json& facts :
        {json::object(), json::parse(R"({"shm": "huge", "cpu": [1], "limits": 3, "ports": {}})")}) {
     const auto checks = JudgeHostFacts(facts);
-    EXPECT_EQ(checks.size(), 12u);
+    EXPECT_EQ(checks.size(), 13u);
     EXPECT_EQ(Find(checks, "shm").verdict, Verdict::kWarn);
     EXPECT_EQ(Find(checks, "swappiness").verdict, Verdict::kWarn);
   }
@@ -125,8 +161,8 @@ TEST(DoctorTest, ReportFollowsTheSchema) {
   const json report = DoctorReport(GoodFacts(), checks);
   EXPECT_EQ(report["schema"], kDoctorSchema);
   EXPECT_EQ(report["host"], "n1");
-  EXPECT_EQ(report["summary"]["pass"], 12);
-  EXPECT_EQ(report["checks"].size(), 12u);
+  EXPECT_EQ(report["summary"]["pass"], 13);
+  EXPECT_EQ(report["checks"].size(), 13u);
   EXPECT_EQ(report["time"].get<std::string>().size(), 20u);  // 2026-01-01T00:00:00Z
 }
 
@@ -136,7 +172,7 @@ TEST(DoctorTest, GatheringAnEmptyRootNeverFails) {
   const json facts = GatherHostFacts(roots);
   EXPECT_TRUE(facts["shm"].is_null());
   EXPECT_TRUE(facts["swappiness"].is_null());
-  EXPECT_EQ(JudgeHostFacts(facts).size(), 12u);
+  EXPECT_EQ(JudgeHostFacts(facts).size(), 13u);
 }
 
 }  // namespace
