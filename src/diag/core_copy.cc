@@ -17,6 +17,15 @@
 namespace choir::diag {
 namespace {
 
+// Waits until `ready()`, handing the CPU over now and then: should both
+// threads end up on one CPU, each still gets to run.
+template <typename F>
+void SpinUntil(F ready) {
+  for (uint32_t spins = 1; !ready(); ++spins) {
+    if (spins % 4096 == 0) std::this_thread::yield();
+  }
+}
+
 bool PinTo(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -69,8 +78,7 @@ CoreCopy MeasureCoreCopy(size_t chunk_bytes, int rounds) {
     if (!PinTo(out.writer_cpu)) pinned_ok = false;
     for (int64_t k = 0; k < rounds; ++k) {
       // Two chunks in turn: chunk k is written once the reader finished k - 2.
-      while (read.load(std::memory_order_acquire) < k - 1) {
-      }
+      SpinUntil([&] { return read.load(std::memory_order_acquire) >= k - 1; });
       kernels::CopyBytes(shared.get() + (k & 1) * chunk_bytes, src.get(), chunk_bytes, /*nontemporal=*/false);
       written.store(k + 1, std::memory_order_release);
     }
@@ -81,8 +89,7 @@ CoreCopy MeasureCoreCopy(size_t chunk_bytes, int rounds) {
   std::thread reader([&] {
     if (!PinTo(out.reader_cpu)) pinned_ok = false;
     for (int64_t k = 0; k < rounds; ++k) {
-      while (written.load(std::memory_order_acquire) < k + 1) {
-      }
+      SpinUntil([&] { return written.load(std::memory_order_acquire) >= k + 1; });
       const int64_t t0 = NowNanos();
       kernels::CopyBytes(dst.get(), shared.get() + (k & 1) * chunk_bytes, chunk_bytes, /*nontemporal=*/false);
       cross_ns[static_cast<size_t>(k)] = NowNanos() - t0;
