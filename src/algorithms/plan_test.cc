@@ -198,8 +198,9 @@ TEST(SwitchPointsTest, IntelFlatLimitsPerCollective) {
 }
 
 // The AMD table: the pipe before cma at every size for the collectives that
-// have one (broadcast with a core per rank from 16 MiB), the slots to their own limits whether or not single copy is
-// allowed; reduce and alltoall keep them to 32 KiB.
+// have one (broadcast with a core per rank from 16 MiB), the slots to their
+// own limits whether or not single copy is allowed; reduce and alltoall keep
+// them to 32 KiB.
 TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
   algorithms::GroupView g = TwoRanksOneHost();
   g.switch_table = algorithms::SwitchTable::kAmd;

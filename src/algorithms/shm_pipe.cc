@@ -104,6 +104,31 @@ size_t ChunkAt(const Block& slice, size_t k, size_t chunk) {
   return start >= slice.count ? 0 : std::min(chunk, slice.count - start);
 }
 
+// Where chunk `part` of step k lies in local rank `owner`'s pipe in the walks
+// that stage one chunk per rank and step (reduce, alltoall): two parities of
+// n chunks of `chunk_bytes`.
+uint8_t* PartAt(const AreaOp& op, int owner, uint64_t k, int part, size_t chunk_bytes) {
+  return op.pipe(owner) + ((k & 1) * static_cast<size_t>(op.size()) + static_cast<size_t>(part)) * chunk_bytes;
+}
+
+// Step A of those walks: chunk k of this rank's input for every peer q's
+// block, into part q of this rank's pipe.
+void StageForPeers(const AreaOp& op, const uint8_t* in, const Blocks& blocks, uint64_t k, size_t chunk, size_t es) {
+  for (int q = 0; q < op.size(); ++q) {
+    const Block& b = blocks[static_cast<size_t>(q)];
+    const size_t m = ChunkAt(b, k, chunk);
+    if (q == op.me() || m == 0) continue;
+    kernels::CopyBytes(PartAt(op, op.me(), k, q, chunk * es), in + (b.offset + k * chunk) * es, m * es,
+                       /*nontemporal=*/false);
+  }
+}
+
+// Whether every rank's buffer `ref` (&PeerBuffers::send_ref or recv_ref)
+// lies in a SharedBuffer: the same answer on every rank.
+bool EveryRankShares(const AreaOp& op, transport::SharedRef PeerBuffers::*ref) {
+  return std::all_of(op.peers().begin(), op.peers().end(), [&](const PeerBuffers& b) { return (b.*ref).id != 0; });
+}
+
 // Who receives what of a reduction over the pipe.
 enum class Output {
   kMySlice,      // reduce_scatter: each rank its slice, at `out`
@@ -127,9 +152,9 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
     // A reduce reads every input and writes the root's output only (the
     // other ranks' may be null): those in SharedBuffers suffice.
     if (!average) return InternalError("a pipe reduce always finishes kAvg");  // ReduceCmaWith does
-    bool shared = op.peers()[static_cast<size_t>(root)].recv_ref.id != 0;
-    for (const PeerBuffers& b : op.peers()) shared = shared && b.send_ref.id != 0;
-    if (shared) return ReduceCmaWith(op, in, out, ElemsSpanned(slices), root);
+    if (op.peers()[static_cast<size_t>(root)].recv_ref.id != 0 && EveryRankShares(op, &PeerBuffers::send_ref)) {
+      return ReduceCmaWith(op, in, out, ElemsSpanned(slices), root);
+    }
   } else if (walk.shared) {
     return CmaReduceWith(op, in, out, slices, output == Output::kWhole, average);
   }
@@ -140,9 +165,7 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   const bool gather = output == Output::kWhole || (output == Output::kWholeOnRoot && me == root);
   const bool staged = output != Output::kMySlice && !(output == Output::kWholeOnRoot && me == root);
   uint8_t* my_out = output == Output::kMySlice ? out : (gather ? out + mine.offset * es : nullptr);
-  auto stage = [&](int owner, uint64_t k, int part) {
-    return op.pipe(owner) + ((k & 1) * static_cast<size_t>(n) + static_cast<size_t>(part)) * chunk_bytes;
-  };
+  auto stage = [&](int owner, uint64_t k, int part) { return PartAt(op, owner, k, part, chunk_bytes); };
   // A result nobody else reads (reduce_scatter, a reduce's root), not
   // averaged afterwards and not overwriting the input, is combined straight
   // into the output.
@@ -154,12 +177,7 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
     // A. my input for every peer's slice.
-    for (int q = 0; q < n; ++q) {
-      const size_t m = ChunkAt(slices[static_cast<size_t>(q)], k, chunk);
-      if (q == me || m == 0) continue;
-      kernels::CopyBytes(stage(me, k, q), in + (slices[static_cast<size_t>(q)].offset + k * chunk) * es, m * es,
-                         /*nontemporal=*/false);
-    }
+    StageForPeers(op, in, slices, k, chunk, es);
     op.SetProgress(2 * k + 1);
     // B. my slice.
     const size_t m = ChunkAt(mine, k, chunk);
@@ -266,17 +284,9 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
     }
     return op.Finish();
   }
-  auto stage = [&](int owner, uint64_t k, int part) {
-    return op.pipe(owner) + ((k & 1) * static_cast<size_t>(n) + static_cast<size_t>(part)) * chunk_bytes;
-  };
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
-    for (int q = 0; q < n; ++q) {
-      const Block& b = blocks[static_cast<size_t>(q)];
-      const size_t m = ChunkAt(b, k, chunk);
-      if (q == me || m == 0) continue;
-      kernels::CopyBytes(stage(me, k, q), in + (b.offset + k * chunk) * es, m * es, /*nontemporal=*/false);
-    }
+    StageForPeers(op, in, blocks, k, chunk, es);
     op.SetProgress(k + 1);
     if (const size_t m = ChunkAt(mine, k, chunk); m > 0 && in != out) {
       kernels::CopyBytes(out + (mine.offset + k * chunk) * es, in + (mine.offset + k * chunk) * es, m * es,
@@ -288,7 +298,8 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
       const size_t mq = ChunkAt(b, k, chunk);
       CHOIR_RETURN_IF_ERROR(op.WaitProgress(q, k + 1));
       if (mq == 0) continue;
-      kernels::CopyBytes(out + (b.offset + k * chunk) * es, stage(q, k, me), mq * es, walk.streaming);
+      kernels::CopyBytes(out + (b.offset + k * chunk) * es, PartAt(op, q, k, me, chunk_bytes), mq * es,
+                         walk.streaming);
       c.CountSharedRead(q, mq * es);
     }
     op.SetConsumed(k + 1);
@@ -308,20 +319,15 @@ Status BroadcastPipe(Context& c, const OpArgs& a) {
   const bool is_root = op.me() == root;
   const size_t es = c.elem_size();
   const size_t chunk = ChunkBytes(op.pipe_bytes(), op.pipe_cache_bytes(), 1) / es;  // one chunk per step
-  if (!PipeFits(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, a.count)) {
-    return InternalError("shm_pipe chosen for a broadcast its pipe cannot carry");  // PipeUsable checks PipeFits
+  const Block whole{0, a.count};
+  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, {whole}, chunk, is_root ? a.send : nullptr, a.recv));
+  if (op.peers()[static_cast<size_t>(root)].send_ref.id != 0 && EveryRankShares(op, &PeerBuffers::recv_ref)) {
+    return BroadcastCmaWith(op, a);
   }
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, is_root ? a.send : nullptr, a.recv));
-  const std::vector<PeerBuffers>& bufs = op.peers();
-  bool shared = bufs[static_cast<size_t>(root)].send_ref.id != 0;
-  for (const PeerBuffers& b : bufs) shared = shared && b.recv_ref.id != 0;
-  if (shared) return BroadcastCmaWith(op, a);
   const auto* src = static_cast<const uint8_t*>(a.send);
   auto* dst = static_cast<uint8_t*>(a.recv);
-  const bool streaming = a.count * es >= kStreamingBytes;
-  const Block whole{0, a.count};
-  const uint64_t steps = (a.count + chunk - 1) / chunk;
-  for (uint64_t k = 0; k < steps; ++k) {
+  const bool streaming = walk.streaming;
+  for (uint64_t k = 0; k < walk.steps; ++k) {
     const size_t m = ChunkAt(whole, k, chunk);
     uint8_t* stage = op.pipe(root) + (k & 1) * chunk * es;
     if (is_root) {
@@ -329,7 +335,8 @@ Status BroadcastPipe(Context& c, const OpArgs& a) {
       // Large broadcasts stage with streaming stores: the receivers then
       // read the chunks from memory instead of out of the root's cache,
       // which this AMD host ran 1.1-2.5x slower (docs/algorithms.md). The
-      // same for the other walks measured 1.1-1.4x slower: not there.
+      // same for the other walks was slower in 14 of 16 cells measured
+      // (1.06-1.35x): not there.
       kernels::CopyBytes(stage, src + k * chunk * es, m * es, /*nontemporal=*/streaming);
       op.SetProgress(k + 1);
       if (src != dst) kernels::CopyBytes(dst + k * chunk * es, src + k * chunk * es, m * es, streaming);

@@ -13,6 +13,7 @@
 
 #include "base/clock.h"
 #include "kernels/reduce.h"
+#include "topology/machine.h"
 
 namespace choir::diag {
 namespace {
@@ -47,15 +48,8 @@ Pages Allocate(size_t bytes) { return Pages(static_cast<uint8_t*>(std::aligned_a
 CoreCopy MeasureCoreCopy(size_t chunk_bytes, int rounds) {
   CoreCopy out;
   rounds = std::max(rounds, 1);
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
   std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) {
-    for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
-      if (CPU_ISSET(c, &mask)) cpus.push_back(c);
-    }
-  }
-  if (cpus.size() < 2) {
+  if (!topology::AffinityCpus(&cpus) || cpus.size() < 2) {
     out.why_not = "this process may run on one CPU only";
     return out;
   }

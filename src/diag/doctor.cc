@@ -581,14 +581,15 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
                                 Int(Get(*cc, {"reader_cpu"}), -1), Int(Get(*cc, {"writer_cpu"}), -1), x, o),
                     "",
                     ""};
-      // Cores that share a cache measured 0.6-0.9 of the copy within a core
-      // here; 0.3 where they did not (docs/performance.md).
+      // Eight runs on the AMD VM: 0.75-0.86 of the copy within a core in
+      // seven, 0.30 in one, when its pipe collectives ran up to 3x slower
+      // (docs/performance.md).
       if (o > 0 && x < 0.4 * o) {
         c.verdict = Verdict::kWarn;
         c.cause = fmt::format(
             "data moves between these CPUs at {:.0f} % of the speed of a copy within one: they do not share a "
             "cache (other sockets or core complexes, or virtual CPUs placed so); same-host collectives that "
-            "pass data through the caches (shm_flat, shm_pipe) run up to 3x slower than with CPUs that do",
+            "pass data through the caches (shm_pipe) ran up to 3x slower on such CPUs than on CPUs that do",
             100 * x / o);
         c.fix =
             "run a host's ranks on CPUs that share a last-level cache (choir run binds one rank per CPU in "

@@ -707,7 +707,6 @@ TEST(DoctorTest, ParamsJson) {
   EXPECT_NE(r.out.find("\"source\": \"default\""), std::string::npos);
 }
 
-}  // namespace
 // `choir perf` names the same-host switch points it ran with, in its header
 // and in --json's machine description, so runs from different hosts are
 // not compared blindly.
@@ -726,4 +725,5 @@ TEST(PerfTest, NamesTheSwitchPointsItRanWith) {
   std::remove(json_path.c_str());
 }
 
+}  // namespace
 }  // namespace choir
