@@ -27,6 +27,7 @@
 namespace choir::algorithms {
 
 struct SelectConfig;
+class WalkChooser;
 
 // Growable scratch memory owned by the communicator, reused across operations.
 // Slot 0 belongs to the innermost step (block steps, rings, single copy);
@@ -69,6 +70,10 @@ class Context {
   // Selection settings, for algorithms that choose their own sub-steps.
   const SelectConfig* select_config() const { return select_; }
   void set_select_config(const SelectConfig* config) { select_ = config; }
+  // The communicator's measured choice between same-host walks (null: none;
+  // walk_choice.h).
+  WalkChooser* walk_chooser() const { return walk_chooser_; }
+  void set_walk_chooser(WalkChooser* chooser) { walk_chooser_ = chooser; }
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(ranks_.empty() ? endpoint_->size() : ranks_.size()); }
@@ -98,9 +103,10 @@ class Context {
   }
   // Marks that this collective reached a peer's SharedBuffer directly (shown
   // as "+shared" after the algorithm's name).
-  void NoteSharedBuffers() const {
-    if (hooks_->shared_buffers != nullptr) *hooks_->shared_buffers = true;
-  }
+  void NoteSharedBuffers() const { NoteRoute("+shared"); }
+  // Marks that a same-host walk took the kernel copy (walk_choice.h; shown
+  // as "+cma" after the algorithm's name).
+  void NoteKernelWalk() const { NoteRoute("+cma"); }
   void CountSharedRead(int group_rank, uint64_t bytes) { endpoint_->CountSharedRead(CommRank(group_rank), bytes); }
   uint64_t sig_word() const { return sig_word_; }
   uint64_t sig_count() const { return sig_count_; }
@@ -112,6 +118,9 @@ class Context {
 
  private:
   transport::MsgHeader Header(size_t bytes);
+  void NoteRoute(const char* route) const {
+    if (hooks_->route != nullptr) *hooks_->route = route;
+  }
 
   transport::Endpoint* endpoint_;
   const transport::RunHooks* hooks_;
@@ -127,6 +136,7 @@ class Context {
   LinkCost intra_host_{1e-6, 10e9};
   LinkCost inter_host_{20e-6, 3e9};
   const SelectConfig* select_ = nullptr;
+  WalkChooser* walk_chooser_ = nullptr;
   std::vector<int> ranks_;  // empty: identity over the whole communicator
   int rank_;
   uint64_t step_ = 0;

@@ -41,6 +41,10 @@ struct SelectRule {
 
 struct SelectConfig {
   uint64_t small_bytes = 16 * 1024;
+  // CHOIR_SHM_ADAPT: same-host copy collectives time their walks and take
+  // the faster (walk_choice.h); false (default) keeps the switch points'
+  // choice.
+  bool adapt_walks = false;
   std::vector<SelectRule> rules;
 };
 

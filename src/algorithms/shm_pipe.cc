@@ -25,6 +25,10 @@
 // chunk k of the block every peer staged for it. Chunks are bounded by the
 // L2 cache as well as by the pipe.
 //
+// With CHOIR_SHM_ADAPT=1, allgather and alltoall with heap buffers may take
+// cma's walk instead, call by call, when the ranks' own timings say it is
+// faster (walk_choice.h).
+//
 // Against cma, which copies through the kernel (process_vm_readv ran at
 // 5.3-5.6 GB/s per core on the Intel host, 8.5-9.4 on the AMD one:
 // docs/performance.md), every copy is a user-space vector copy of data that
@@ -37,6 +41,9 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/block_steps.h"
 #include "algorithms/local_ops.h"
+#include "algorithms/select.h"
+#include "algorithms/walk_choice.h"
+#include "base/clock.h"
 #include "kernels/reduce.h"
 
 namespace choir::algorithms {
@@ -77,7 +84,11 @@ struct Walk {
 // read each other's buffers directly instead (cma.cc's walks). Every rank
 // must take the same branch after it: decide from op.peers(), which every
 // rank sees alike, never from this rank's own arguments alone.
-Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const void* in, void* out) {
+// `table` and `tables`: numbers the ranks exchange along with the addresses
+// (ExchangeAddresses).
+Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const void* in, void* out,
+                       const std::vector<uint64_t>& table = {},
+                       std::vector<std::vector<uint64_t>>* tables = nullptr) {
   const size_t es = op.ctx().elem_size();
   size_t most = 0;
   size_t total = 0;
@@ -88,7 +99,7 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const voi
   if (!PipeFits(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, most)) {
     return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
   }
-  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, out));
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, out, table, tables));
   return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes, op.AllShared()};
 }
 
@@ -222,14 +233,14 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
 // Every rank's block of `buf` (this rank's read from `own`) into every
 // rank's `buf`: each rank stages chunk k of its block in its pipe and copies
 // chunk k of every peer's block out of theirs.
-Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& blocks) {
-  AreaOp op(c);
+// Allgather through the pipe, one chunk per step: each rank stages chunk k
+// of its block (progress k+1) and copies chunk k of every peer's block.
+Status GatherThroughPipe(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blocks& blocks, size_t chunk,
+                         const Walk& walk) {
+  Context& c = op.ctx();
   const int n = op.size();
   const int me = op.me();
   const size_t es = c.elem_size();
-  const size_t chunk = ChunkBytes(op.pipe_bytes(), op.pipe_cache_bytes(), 1) / es;  // one chunk per step
-  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, blocks, chunk, own, buf));
-  if (walk.shared) return CmaAllgatherWith(op, own, buf, blocks);
   const bool streaming = walk.streaming;
   const Block& mine = blocks[static_cast<size_t>(me)];
   auto stage = [&](int owner, uint64_t k) { return op.pipe(owner) + (k & 1) * chunk * es; };
@@ -255,35 +266,84 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
   return op.Finish();
 }
 
-// Alltoall (equal blocks): in step k a rank stages chunk k of its block for
-// every peer (part q of its pipe, the reduce walk's layout), copies chunk k of
-// its own block, then copies chunk k of the block each peer staged for it.
-// In place works unchanged: a rank overwrites chunk k of a block only after
-// it staged that chunk. With every rank's buffers in SharedBuffers (not in
-// place), each rank copies its blocks straight out of its peers' inputs.
-Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& blocks) {
+// The chooser for a user's allgather or alltoall (`adaptive`) of `bytes`
+// when it may take the kernel copy instead of the pipe, else null: then no
+// numbers are exchanged either. Every rank gets the same answer: the same
+// sizes, the same group-wide cma verdict.
+WalkChooser* ChooserFor(const Context& c, bool adaptive, size_t bytes) {
+  if (!adaptive || !c.local_group()->cma || bytes < WalkChooser::kMinBytes) return nullptr;
+  return c.walk_chooser();
+}
+
+// Runs `walk` (the pipe's or the kernel copy's, as chosen), timed for the
+// chooser; the kernel copy shows as "+cma" after the algorithm's name.
+template <typename Fn>
+Status TimedWalk(Context& c, WalkChooser& chooser, CollKind kind, size_t bytes, WalkChooser::Walk walk, Fn&& run) {
+  if (walk == WalkChooser::Walk::kKernel) c.NoteKernelWalk();
+  const int64_t t0 = OpNanos();
+  Status s = run();
+  if (s.ok()) chooser.Record(kind, bytes, walk, OpNanos() - t0);
+  return s;
+}
+
+std::vector<uint64_t> TableFor(const Context& c, WalkChooser* chooser, CollKind kind, size_t bytes) {
+  if (chooser == nullptr) return {};
+  return chooser->Table(kind, bytes, c.select_config() != nullptr && c.select_config()->adapt_walks);
+}
+
+// Allgather of `blocks` (own: this rank's block): through the pipe, or, with
+// every buffer in SharedBuffers, cma's walk over the mapped buffers. With
+// `adaptive` (a user's allgather, not a step of another collective) the
+// ranks may take cma's kernel-copy walk instead when it measured faster
+// (walk_choice.h).
+Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& blocks, bool adaptive = false) {
   AreaOp op(c);
+  const size_t es = c.elem_size();
+  const size_t chunk = ChunkBytes(op.pipe_bytes(), op.pipe_cache_bytes(), 1) / es;  // one chunk per step
+  const size_t bytes = ElemsSpanned(blocks) * es;
+  WalkChooser* chooser = ChooserFor(c, adaptive, bytes);
+  std::vector<std::vector<uint64_t>> tables;
+  CHOIR_ASSIGN_OR_RETURN(const Walk walk,
+                         StartWalk(op, blocks, chunk, own, buf, TableFor(c, chooser, CollKind::kAllgather, bytes),
+                                   &tables));
+  if (walk.shared) return CmaAllgatherWith(op, own, buf, blocks);
+  if (chooser == nullptr) return GatherThroughPipe(op, own, buf, blocks, chunk, walk);
+  const WalkChooser::Walk how = chooser->Choose(CollKind::kAllgather, bytes, tables);
+  return TimedWalk(c, *chooser, CollKind::kAllgather, bytes, how, [&] {
+    return how == WalkChooser::Walk::kKernel ? CmaAllgatherWith(op, own, buf, blocks)
+                                              : GatherThroughPipe(op, own, buf, blocks, chunk, walk);
+  });
+}
+
+// Alltoall with each rank copying its blocks straight out of its peers'
+// inputs: mapped SharedBuffers or process_vm_readv. Not in place.
+Status AlltoallFromPeers(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& blocks) {
+  const int n = op.size();
+  const int me = op.me();
+  const size_t es = op.ctx().elem_size();
+  const Block& mine = blocks[static_cast<size_t>(me)];
+  CopyIfDistinct(out + mine.offset * es, in + mine.offset * es, mine.count * es);
+  for (int s = 1; s < n; ++s) {
+    const int p = (me + s) % n;
+    const Block& b = blocks[static_cast<size_t>(p)];
+    CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, p, out + b.offset * es,
+                                       op.peers()[static_cast<size_t>(p)].send + mine.offset * es, b.count * es));
+  }
+  return op.Finish();
+}
+
+// Alltoall through the pipe: in step k a rank stages chunk k of its block
+// for every peer (part q of its pipe), copies chunk k of its own block, then
+// copies chunk k of the block each peer staged for it. In place works
+// unchanged: a rank overwrites chunk k of a block only after it staged it.
+Status AlltoallThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& blocks, size_t chunk,
+                           const Walk& walk) {
+  Context& c = op.ctx();
   const int n = op.size();
   const int me = op.me();
   const size_t es = c.elem_size();
-  const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), n, es);
   const size_t chunk_bytes = chunk * es;
-  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, blocks, chunk, in, out));
   const Block& mine = blocks[static_cast<size_t>(me)];
-  // Straight out of the peers' inputs only when no rank runs in place (its
-  // input would change under the readers): the same answer on every rank.
-  bool direct = walk.shared;
-  for (const PeerBuffers& b : op.peers()) direct = direct && b.send != b.recv;
-  if (direct) {
-    CopyIfDistinct(out + mine.offset * es, in + mine.offset * es, mine.count * es);
-    for (int s = 1; s < n; ++s) {
-      const int p = (me + s) % n;
-      const Block& b = blocks[static_cast<size_t>(p)];
-      CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, p, out + b.offset * es,
-                                         op.peers()[static_cast<size_t>(p)].send + mine.offset * es, b.count * es));
-    }
-    return op.Finish();
-  }
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
     StageForPeers(op, in, blocks, k, chunk, es);
@@ -305,6 +365,33 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
     op.SetConsumed(k + 1);
   }
   return op.Finish();
+}
+
+// Alltoall (equal blocks): through the pipe, or with every rank's buffers
+// in SharedBuffers (none in place) straight out of the peers' inputs. With
+// heap buffers (none in place) the ranks may take that walk through
+// process_vm_readv instead when it measured faster (walk_choice.h).
+Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& blocks) {
+  AreaOp op(c);
+  const size_t es = c.elem_size();
+  const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es);
+  const size_t bytes = ElemsSpanned(blocks) * es;
+  WalkChooser* chooser = ChooserFor(c, /*adaptive=*/true, bytes);
+  std::vector<std::vector<uint64_t>> tables;
+  CHOIR_ASSIGN_OR_RETURN(const Walk walk,
+                         StartWalk(op, blocks, chunk, in, out, TableFor(c, chooser, CollKind::kAlltoall, bytes),
+                                   &tables));
+  // Straight out of the peers' inputs only when no rank runs in place (its
+  // input would change under the readers): the same answer on every rank.
+  bool none_in_place = true;
+  for (const PeerBuffers& b : op.peers()) none_in_place = none_in_place && b.send != b.recv;
+  if (walk.shared && none_in_place) return AlltoallFromPeers(op, in, out, blocks);
+  if (chooser == nullptr || !none_in_place) return AlltoallThroughPipe(op, in, out, blocks, chunk, walk);
+  const WalkChooser::Walk how = chooser->Choose(CollKind::kAlltoall, bytes, tables);
+  return TimedWalk(c, *chooser, CollKind::kAlltoall, bytes, how, [&] {
+    return how == WalkChooser::Walk::kKernel ? AlltoallFromPeers(op, in, out, blocks)
+                                              : AlltoallThroughPipe(op, in, out, blocks, chunk, walk);
+  });
 }
 
 }  // namespace
@@ -361,7 +448,8 @@ Status PipeAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks) {
 
 Status AllgatherPipe(Context& c, const OpArgs& a) {
   const Blocks blocks = patterns::BlocksFromCounts(a.RecvCounts(c.size()));
-  return PipeGather(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv), blocks);
+  return PipeGather(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv), blocks,
+                    /*adaptive=*/true);
 }
 
 Status AllreducePipe(Context& c, const OpArgs& a) {

@@ -92,6 +92,7 @@ Result<CommConfig> ResolveConfig(const CommOptions& options) {
   c.stall_seconds = params::GetSeconds(params::Id::kStallSeconds);
   c.async_bytes = params::GetBytes(params::Id::kAsyncBytes);
   c.select.small_bytes = params::GetBytes(params::Id::kSmallBytes);
+  c.select.adapt_walks = params::GetBool(params::Id::kShmAdapt);
   CHOIR_ASSIGN_OR_RETURN(c.select.rules,
                          algorithms::ParseAlgoRules(params::GetString(params::Id::kAlgo)));
   return c;

@@ -87,7 +87,7 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
       }
     } else {
       info.sequence = ++seq_;
-      s = RunCollective(args, options, info.sequence, start, deadline, &info.shared_buffers, &algo_index,
+      s = RunCollective(args, options, info.sequence, start, deadline, &info.route, &algo_index,
                         &first_data_ns);
       if (algo_index >= 0) info.algorithm = algorithms::AllAlgorithms()[static_cast<size_t>(algo_index)].name;
     }
@@ -103,7 +103,7 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
 }
 
 Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
-                               Deadline deadline, bool* shared_buffers, int* algo_index, int64_t* first_data_ns) {
+                               Deadline deadline, const char** route, int* algo_index, int64_t* first_data_ns) {
   const Signature sig = Signature::Of(args);
   OpObserver observer(this, sig, seq);
   transport::RunHooks hooks;
@@ -111,13 +111,14 @@ Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_
   hooks.observer = &observer;
   hooks.stall_seconds = config_.stall_seconds;
   hooks.first_data_ns = first_data_ns;
-  hooks.shared_buffers = shared_buffers;
+  hooks.route = route;
   Status s;
   if (config_.mismatch == MismatchCheck::kFull && size_ > 1) s = CheckSignatures(sig, seq, deadline);
   if (s.ok()) {
     algorithms::Context ctx(*endpoint_, hooks, seq, sig, args, scratch_);
     ctx.set_layout(&layout_);
     ctx.set_select_config(&config_.select);
+    ctx.set_walk_chooser(&walk_chooser_);
     ctx.set_link_costs(intra_host_cost_, inter_host_cost_);
     auto algo = Select(ctx, args, options);
     if (!algo.ok()) return algo.status().WithContext(Describe(sig, seq));

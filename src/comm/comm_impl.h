@@ -20,6 +20,7 @@
 #include "algorithms/layout.h"
 #include "algorithms/op.h"
 #include "algorithms/select.h"
+#include "algorithms/walk_choice.h"
 #include "choir/communicator.h"
 #include "choir/topology.h"
 #include "comm/engine.h"
@@ -88,7 +89,7 @@ class CommImpl {
   // `start`: when Execute began (CoarseNowNanos, never ahead of NowNanos),
   // for the elapsed time in errors.
   Status RunCollective(algorithms::OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
-                       Deadline deadline, bool* shared_buffers, int* algo_index, int64_t* first_data_ns);
+                       Deadline deadline, const char** route, int* algo_index, int64_t* first_data_ns);
   // SelectAlgorithm, remembering the last choice for equal calls.
   Result<const algorithms::Algorithm*> Select(const algorithms::Context& ctx, const algorithms::OpArgs& args,
                                               const CallOptions& options);
@@ -120,6 +121,7 @@ class CommImpl {
   std::unique_ptr<transport::Endpoint> endpoint_;
   std::shared_ptr<diag::CommMetrics> metrics_;
   algorithms::Scratch scratch_;
+  algorithms::WalkChooser walk_chooser_;  // same-host walks measured by this communicator
   // The last default selection (Select); used by the thread running ops.
   struct SelectionCache {
     algorithms::CollKind kind = algorithms::CollKind::kBarrier;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "algorithms/walk_choice.h"
 #include "choir/selftest.h"
 #include "choir/shared_buffer.h"
 #include "params/params.h"
@@ -411,6 +412,87 @@ TEST(CommSharedTest, AlltoallWithSomeRanksInPlaceMatchesReference) {
         return Status::Ok();
       }, Opts("shm", 30s));
       SCOPED_TRACE(std::to_string(n) + " ranks, rank 0 " + (zero_in_place ? "in place" : "not in place"));
+      ExpectAllOk(results);
+    }
+  }
+}
+
+// Same-host allgather and alltoall with heap buffers time their two walks
+// and switch between them (walk_choice.h): over 60 calls each, with fresh
+// data every call, every output must be exact, the kernel copy must have run
+// (it is tried at calls 16 and 48 at the latest, and WorkInfo names it
+// "shm_pipe+cma"), and every rank must have taken the same walk each time
+// (else the ranks would wait on each other's pipes until the timeout). An
+// in-place alltoall in between always takes the pipe. With CHOIR_SHM_ADAPT=0,
+// or without process_vm_readv, the pipe only.
+TEST(CommPipeTest, AdaptiveWalksAgreeAndMatchReference) {
+  struct Setting {
+    const char* adapt;
+    const char* cma;
+    bool switches;
+  };
+  for (const Setting& set : {Setting{"1", "auto", true}, Setting{"0", "auto", false}, Setting{"1", "off", false}}) {
+    params::ScopedOverride adapt("CHOIR_SHM_ADAPT", set.adapt);
+    params::ScopedOverride cma("CHOIR_SHM_CMA", set.cma);
+    for (int n : {2, 3}) {
+      auto results = RunRanks(n, [&](Communicator& comm) -> Status {
+        constexpr size_t kCount = 70001;  // per block: past the slots
+        constexpr int kPeriod = static_cast<int>(algorithms::WalkChooser::kExplorePeriod);
+        // Past the second try; the in-place alltoalls (one in ten) take no
+        // part in the choice and do not count.
+        constexpr int kCalls = kPeriod + kPeriod / 2 + 12;
+        const size_t total = kCount * static_cast<size_t>(n);
+        const int me = comm.rank();
+        std::vector<float> in(total);
+        std::vector<float> out(total);
+        CallOptions call;
+        call.algorithm = "shm_pipe";
+        int kernel_walks[2] = {0, 0};
+        for (int k = 0; k < kCalls; ++k) {
+          auto value = [&](int rank, size_t i) { return static_cast<float>((rank * 131 + k) * 1000003 + i % 1000003); };
+          // Allgather: rank p's block is value(p, i) for i in its block.
+          for (size_t i = 0; i < kCount; ++i) in[i] = value(me, i);
+          Work w = comm.Allgather(in.data(), out.data(), kCount, DataType::kFloat32, call);
+          CHOIR_RETURN_IF_ERROR(w.Wait());
+          kernel_walks[0] += w.info().algorithm == "shm_pipe+cma";
+          for (int p = 0; p < n; ++p) {
+            for (size_t i = 0; i < kCount; ++i) {
+              if (out[static_cast<size_t>(p) * kCount + i] != value(p, i)) {
+                return Status(Code::kInternal, "allgather call " + std::to_string(k) + ": block of rank " +
+                                                   std::to_string(p) + " wrong at " + std::to_string(i));
+              }
+            }
+          }
+          // Alltoall: block q of rank p's input is value(p, q * kCount + i).
+          for (size_t i = 0; i < total; ++i) in[i] = value(me, i);
+          const bool in_place = k % 10 == 5;
+          float* dst = in_place ? in.data() : out.data();
+          w = comm.Alltoall(in.data(), dst, kCount, DataType::kFloat32, call);
+          CHOIR_RETURN_IF_ERROR(w.Wait());
+          if (in_place && w.info().algorithm != "shm_pipe") {
+            return Status(Code::kInternal, "an in-place alltoall took " + w.info().algorithm);
+          }
+          kernel_walks[1] += w.info().algorithm == "shm_pipe+cma";
+          for (int p = 0; p < n; ++p) {
+            for (size_t i = 0; i < kCount; ++i) {
+              if (dst[static_cast<size_t>(p) * kCount + i] != value(p, static_cast<size_t>(me) * kCount + i)) {
+                return Status(Code::kInternal, "alltoall call " + std::to_string(k) + ": block from rank " +
+                                                   std::to_string(p) + " wrong at " + std::to_string(i));
+              }
+            }
+          }
+        }
+        for (int c = 0; c < 2; ++c) {
+          const bool ok = set.switches ? kernel_walks[c] >= 2 : kernel_walks[c] == 0;
+          if (!ok) {
+            return Status(Code::kInternal, std::string(c == 0 ? "allgather" : "alltoall") + " took the kernel copy in " +
+                                               std::to_string(kernel_walks[c]) + " of " + std::to_string(kCalls) +
+                                               " calls");
+          }
+        }
+        return Status::Ok();
+      }, Opts("shm", 60s));
+      SCOPED_TRACE(std::to_string(n) + " ranks, CHOIR_SHM_ADAPT=" + set.adapt + ", CHOIR_SHM_CMA=" + set.cma);
       ExpectAllOk(results);
     }
   }

@@ -90,7 +90,7 @@ WorkInfo Work::info() const {
   if (!state_ || state_->result_set.load(std::memory_order_acquire) == 0) return WorkInfo{};
   const CompletionInfo& i = state_->info;
   WorkInfo out;
-  if (i.algorithm != nullptr) out.algorithm = std::string(i.algorithm) + (i.shared_buffers ? "+shared" : "");
+  if (i.algorithm != nullptr) out.algorithm = std::string(i.algorithm) + (i.route != nullptr ? i.route : "");
   out.sequence = i.sequence;
   out.seconds = i.seconds;
   out.source_rank = i.source_rank;

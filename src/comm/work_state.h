@@ -25,7 +25,7 @@ namespace choir {
 // WorkInfo's fields, filled by the thread that runs the operation.
 struct CompletionInfo {
   const char* algorithm = nullptr;  // registry name (static storage); null: none
-  bool shared_buffers = false;      // "+shared" after the name
+  const char* route = nullptr;      // after the name: "+shared", "+cma" (RunHooks::route)
   uint64_t sequence = 0;
   double seconds = 0;
   int source_rank = -1;

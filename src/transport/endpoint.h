@@ -62,8 +62,11 @@ struct RunHooks {
   // Set (if not null and still 0) to the time the first peer data arrived
   // (OpNanos(), the operation clock).
   int64_t* first_data_ns = nullptr;
-  // Set (if not null) when the operation read or wrote a peer's SharedBuffer directly.
-  bool* shared_buffers = nullptr;
+  // Set (if not null) to how the operation's algorithm moved the data when
+  // that is worth naming after it (static strings): "+shared" when it read
+  // or wrote a peer's SharedBuffer directly, "+cma" when a same-host walk
+  // chose the kernel copy at run time.
+  const char** route = nullptr;
 };
 
 // How a rank waits for its peers: busy-poll for `spin_ns` (peers that arrive

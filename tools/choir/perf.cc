@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
@@ -145,9 +146,33 @@ struct Sample {
   size_t count = 0;
   int iters = 0;
   std::vector<double> mean_us, p50_us, p99_us, algbw, busbw;  // one entry per repeat
-  std::string algorithm;
+  std::string algorithm;                  // the route most calls took, and the next (RouteSummary)
+  std::map<std::string, int64_t> routes;  // calls per algorithm name as WorkInfo gives it
   std::string check;  // "ok", "FAILED", or "" when not checked
 };
+
+// Calls from this size on count their route one by one: a same-host walk
+// may switch between calls ("shm_pipe" and "shm_pipe+cma",
+// docs/algorithms.md), and reading WorkInfo costs nothing next to such a
+// call; smaller sizes show the first call's.
+constexpr uint64_t kRoutesMinBytes = 64 * 1024;
+
+// "shm_pipe", or "shm_pipe (12x +cma)" when 12 calls took another route;
+// the most common route first.
+std::string RouteSummary(const std::map<std::string, int64_t>& routes) {
+  std::vector<std::pair<int64_t, std::string>> by_calls;
+  for (const auto& [name, calls] : routes) by_calls.emplace_back(calls, name);
+  std::sort(by_calls.begin(), by_calls.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (by_calls.empty()) return "";
+  std::string out = by_calls[0].second;
+  if (by_calls.size() > 1) {
+    const std::string& main = by_calls[0].second;
+    std::string other = by_calls[1].second;
+    if (other.rfind(main, 0) == 0) other = other.substr(main.size());
+    out += fmt::format(" ({}x {}{})", by_calls[1].first, other, by_calls.size() > 2 ? ", ..." : "");
+  }
+  return out;
+}
 
 double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
 double Spread(const std::vector<double>& v) {
@@ -357,13 +382,14 @@ class PerfCommand : public Subcommand {
     }
     CHOIR_RETURN_IF_ERROR(c.Broadcast(&iters, &iters, 1, DataType::kInt64, 0).Wait());
     std::vector<double> mine(static_cast<size_t>(iters));
-    std::string algorithm;
+    std::map<std::string, int64_t> routes;
+    const bool every_route = s->bytes >= kRoutesMinBytes;
     for (int64_t i = 0; i < iters; ++i) {
       const int64_t t0 = NowNanos();
       Work w = Issue(c, op, t, rop, count, call);
       CHOIR_RETURN_IF_ERROR(w.Wait());
       mine[static_cast<size_t>(i)] = static_cast<double>(NowNanos() - t0) * 1e-3;
-      if (i == 0) algorithm = w.info().algorithm;
+      if (i == 0 || every_route) ++routes[w.info().algorithm];
     }
     std::vector<double> all(mine.size() * n);
     CHOIR_RETURN_IF_ERROR(c.Gather(mine.data(), all.data(), mine.size(), DataType::kFloat64, 0).Wait());
@@ -380,7 +406,8 @@ class PerfCommand : public Subcommand {
       const double algbw = static_cast<double>(s->bytes) / (mean * 1e-6) / 1e9;
       s->algbw.push_back(algbw);
       s->busbw.push_back(algbw * BusFactor(op, c.size()));
-      s->algorithm = algorithm;
+      for (const auto& [name, calls] : routes) s->routes[name] += calls;
+      s->algorithm = RouteSummary(s->routes);
     }
     return Status::Ok();
   }
@@ -422,7 +449,8 @@ class PerfCommand : public Subcommand {
                          {"reduce_op", ReduceOpName(rop)}, {"iters", s.iters}, {"mean_us", s.mean_us},
                          {"p50_us", s.p50_us}, {"p99_us", s.p99_us}, {"algbw_gbps", s.algbw},
                          {"busbw_gbps", s.busbw}, {"busbw_median", Median(s.busbw)},
-                         {"busbw_spread", Spread(s.busbw)}, {"algorithm", s.algorithm}, {"check", s.check}});
+                         {"busbw_spread", Spread(s.busbw)}, {"algorithm", s.algorithm}, {"routes", s.routes},
+                         {"check", s.check}});
     }
     const json doc = {{"tool", "choir perf"}, {"ranks", c.size()}, {"machine", MachineDescription(c)},
                       {"settings", SettingsInEffect()}, {"repeat", repeat_},

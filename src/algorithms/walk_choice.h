@@ -1,0 +1,109 @@
+// Which walk a same-host copy collective (allgather, alltoall) takes at run
+// time: shm_pipe's staging through the shared pipe, or the kernel copy
+// (process_vm_readv straight out of the peers' buffers, cma.cc's walks).
+//
+// Why: which walk is faster for a size depends on the host and, on some
+// hosts, on the minute. On the AMD VM this project measures on, a hand-off
+// between its two cores took 60-100 ns in some spells and about 340 ns in
+// others, and a copy of data the other core had just written ran at 25-36
+// or at 9-12 GB/s; the pipe passes every byte through that path. The
+// switch points (switch_points.cc) are fixed per host class; this measures
+// instead. Off by default (CHOIR_SHM_ADAPT=1 turns it on): on that VM it
+// cost 3-13 % (medians of 20 launches) and did not beat the pipe in the
+// slow spell it was caught in, where the kernel copy was slow too
+// (docs/algorithms.md); it is meant for hosts whose switch points were
+// never measured. A try also runs slower than the same walk in a row (the
+// kernel copy right after pipe calls: 1.2x at 1 MiB, 1.7x at 4 MiB), so
+// tries overrate the walk not in use.
+//
+// How: per collective and power-of-two size class, each rank keeps its last
+// three times per byte for each walk and takes their median (interference
+// only ever makes a call slower: one slow call must not move the choice).
+// Before a call the ranks exchange these (in the same slot exchange that
+// carries their buffer addresses) and take the walk whose slowest rank was
+// fastest; the kernel copy must be ahead by kKernelMargin to replace the
+// pipe. One call in kExplorePeriod takes the other walk (one in
+// kRareExplorePeriod when that walk measured at least twice as slow), and
+// so does the next call after the walk in use got kChange times slower or
+// faster than at the last try (a slow minute starting or ending: it moves
+// the other walk's time too, sometimes the other way), so that both
+// figures follow the host; the time of such a try replaces the
+// three of its walk, so that a walk that became faster is taken again after
+// one try (a try that was fast by chance costs a few calls: the walk in use
+// gets a time every call). A walk's first time is dropped (it pays for
+// first touches of the pipe and the buffers). Every rank decides from the
+// same exchanged numbers and the same call count, so every rank takes the
+// same walk. A rank with CHOIR_SHM_ADAPT=0 (the default) publishes that,
+// and then every rank keeps the pipe.
+//
+// Thread-safety: one per communicator, used by the thread running its
+// operation (operations of a communicator run one at a time).
+#ifndef CHOIR_ALGORITHMS_WALK_CHOICE_H_
+#define CHOIR_ALGORITHMS_WALK_CHOICE_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "algorithms/op.h"
+
+namespace choir::algorithms {
+
+class WalkChooser {
+ public:
+  enum class Walk { kPipe = 0, kKernel = 1 };
+  // One call in 32 tries the other walk, one in 128 when it measured at
+  // least twice as slow: at 4 MiB, where the kernel copy took 2.2-2.5x as
+  // long as the pipe in a good minute, a try every 32 calls cost 5-8 % of
+  // the mean.
+  static constexpr uint64_t kExplorePeriod = 32;
+  static constexpr uint64_t kRareExplorePeriod = 128;
+  // The kernel copy wins below 0.8x the pipe's time. Measured on the AMD
+  // VM (2 ranks, 256 KiB-4 MiB): kernel/pipe 1.1-2.0 in good minutes, about
+  // 0.5 in slow ones.
+  static constexpr double kKernelMargin = 0.8;
+  // A change of the walk in use by this factor (either way) since the last
+  // try makes the next call a try.
+  static constexpr double kChange = 1.5;
+  // Smaller calls do not choose (nor exchange the figures): below, the pipe
+  // led clearly (alltoall 64 KiB: 8.4 against 13.2 µs for cma, a cma call's
+  // handshake alone about 2 µs; docs/algorithms.md).
+  static constexpr size_t kMinBytes = 256 * 1024;
+
+  // What this rank publishes before a call of `kind` moving `bytes` (the
+  // same number of words on every rank): whether it adapts, and its
+  // figures for the two walks.
+  std::vector<uint64_t> Table(CollKind kind, size_t bytes, bool adapt);
+  // The walk of this call from every rank's Table (the same result on every
+  // rank); counts the call.
+  Walk Choose(CollKind kind, size_t bytes, const std::vector<std::vector<uint64_t>>& tables);
+  // This rank's time for the walk the call took.
+  void Record(CollKind kind, size_t bytes, Walk walk, int64_t nanos);
+
+ private:
+  // A walk's last three times per byte.
+  struct Times {
+    std::array<double, 3> last{};
+    uint64_t recorded = 0;  // including the dropped first
+    double Median() const;  // 0: none yet
+  };
+  struct Entry {
+    uint64_t calls = 0;
+    std::array<Times, 2> walks;  // by Walk
+    bool trying = false;         // this call tries the walk not in use
+    // The walk in use and its slowest rank's figure at the last try (or
+    // when it came into use): what kChange compares with.
+    Walk ref_walk = Walk::kPipe;
+    double ref_value = 0;
+  };
+  Entry& At(CollKind kind, size_t bytes);
+
+  static constexpr size_t kKinds = 3;  // allgather(v), alltoall, any other
+  static constexpr size_t kClasses = 65;
+  std::array<std::array<Entry, kClasses>, kKinds> entries_{};
+};
+
+}  // namespace choir::algorithms
+
+#endif  // CHOIR_ALGORITHMS_WALK_CHOICE_H_
