@@ -103,10 +103,10 @@ class Context {
   }
   // Marks that this collective reached a peer's SharedBuffer directly (shown
   // as "+shared" after the algorithm's name).
-  void NoteSharedBuffers() const { NoteRoute("+shared"); }
+  void NoteSharedBuffers() const { NoteRoute(transport::kRouteShared); }
   // Marks that a same-host walk took the kernel copy (walk_choice.h; shown
   // as "+cma" after the algorithm's name).
-  void NoteKernelWalk() const { NoteRoute("+cma"); }
+  void NoteKernelWalk() const { NoteRoute(transport::kRouteKernelWalk); }
   void CountSharedRead(int group_rank, uint64_t bytes) { endpoint_->CountSharedRead(CommRank(group_rank), bytes); }
   uint64_t sig_word() const { return sig_word_; }
   uint64_t sig_count() const { return sig_count_; }
@@ -118,8 +118,8 @@ class Context {
 
  private:
   transport::MsgHeader Header(size_t bytes);
-  void NoteRoute(const char* route) const {
-    if (hooks_->route != nullptr) *hooks_->route = route;
+  void NoteRoute(transport::RouteBit bit) const {
+    if (hooks_->route != nullptr) *hooks_->route |= bit;
   }
 
   transport::Endpoint* endpoint_;

@@ -290,6 +290,15 @@ Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, const std::ve
   op.peers_.resize(static_cast<size_t>(op.size()));
   if (tables) tables->resize(static_cast<size_t>(op.size()));
   for (int p = 0; p < op.size(); ++p) {
+    // Every rank must publish as many numbers: a rank reading another's
+    // table with its own length would read stale slot bytes.
+    if (op.bytes(p) != sizeof(mine) + table.size() * sizeof(uint64_t)) {
+      return Status(Code::kCollectiveMismatch,
+                    fmt::format("rank {} published {} bytes of buffer addresses and numbers where this rank "
+                                "published {}: the ranks run different versions or settings of the same collective",
+                                op.ctx().local_group()->ranks[static_cast<size_t>(p)], op.bytes(p),
+                                sizeof(mine) + table.size() * sizeof(uint64_t)));
+    }
     std::memcpy(&op.peers_[static_cast<size_t>(p)], op.data(p), sizeof(PeerBuffers));
     if (tables) {
       auto& t = (*tables)[static_cast<size_t>(p)];

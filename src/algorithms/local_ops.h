@@ -152,8 +152,9 @@ inline constexpr size_t kRemoteBounceMinBytes = 4096;
 bool RemoteCopyBounces(bool write, const void* local, uint64_t remote, size_t bytes);
 
 // Publishes this rank's buffer addresses, and where they lie in SharedBuffers
-// (plus an optional table of numbers), reads every rank's into op.peers()
-// (and `tables`), then releases the slots.
+// (plus an optional table of numbers, as long on every rank: a peer's of
+// another length is a CollectiveMismatch), reads every rank's into
+// op.peers() (and `tables`), then releases the slots.
 Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, const std::vector<uint64_t>& table = {},
                          std::vector<std::vector<uint64_t>>* tables = nullptr);
 // Copies `bytes` from local rank p's memory at `remote` into `dst`: with

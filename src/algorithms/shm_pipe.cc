@@ -230,11 +230,10 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   return op.Finish();
 }
 
-// Every rank's block of `buf` (this rank's read from `own`) into every
-// rank's `buf`: each rank stages chunk k of its block in its pipe and copies
-// chunk k of every peer's block out of theirs.
-// Allgather through the pipe, one chunk per step: each rank stages chunk k
-// of its block (progress k+1) and copies chunk k of every peer's block.
+// Allgather through the pipe: every rank's block of `buf` (this rank's read
+// from `own`) into every rank's `buf`, one chunk per step: each rank stages
+// chunk k of its block in its pipe (progress k+1) and copies chunk k of
+// every peer's block out of theirs.
 Status GatherThroughPipe(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blocks& blocks, size_t chunk,
                          const Walk& walk) {
   Context& c = op.ctx();
@@ -269,11 +268,19 @@ Status GatherThroughPipe(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blo
 // The chooser for a user's allgather or alltoall (`adaptive`) of `bytes`
 // when it may take the kernel copy instead of the pipe, else null: then no
 // numbers are exchanged either. Every rank gets the same answer: the same
-// sizes, the same group-wide cma verdict.
-WalkChooser* ChooserFor(const Context& c, bool adaptive, size_t bytes) {
+// sizes, the same group-wide cma verdict, the same slots.
+WalkChooser* ChooserFor(const AreaOp& op, bool adaptive, size_t bytes) {
+  const Context& c = op.ctx();
   if (!adaptive || !c.local_group()->cma || bytes < WalkChooser::kMinBytes) return nullptr;
+  if (sizeof(PeerBuffers) + WalkChooser::kTableWords * sizeof(uint64_t) > op.slot_capacity()) return nullptr;
   return c.walk_chooser();
 }
+
+// Whether this rank takes part in the choice (CHOIR_SHM_ADAPT=1). A rank
+// that does not still publishes its table (saying so), and every rank then
+// keeps the pipe; it skips choosing and timing, which changes nothing since
+// its setting holds for the communicator's life.
+bool AdaptsHere(const Context& c) { return c.select_config() != nullptr && c.select_config()->adapt_walks; }
 
 // Runs `walk` (the pipe's or the kernel copy's, as chosen), timed for the
 // chooser; the kernel copy shows as "+cma" after the algorithm's name.
@@ -288,7 +295,7 @@ Status TimedWalk(Context& c, WalkChooser& chooser, CollKind kind, size_t bytes, 
 
 std::vector<uint64_t> TableFor(const Context& c, WalkChooser* chooser, CollKind kind, size_t bytes) {
   if (chooser == nullptr) return {};
-  return chooser->Table(kind, bytes, c.select_config() != nullptr && c.select_config()->adapt_walks);
+  return chooser->Table(kind, bytes, AdaptsHere(c));
 }
 
 // Allgather of `blocks` (own: this rank's block): through the pipe, or, with
@@ -301,13 +308,13 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
   const size_t es = c.elem_size();
   const size_t chunk = ChunkBytes(op.pipe_bytes(), op.pipe_cache_bytes(), 1) / es;  // one chunk per step
   const size_t bytes = ElemsSpanned(blocks) * es;
-  WalkChooser* chooser = ChooserFor(c, adaptive, bytes);
+  WalkChooser* chooser = ChooserFor(op, adaptive, bytes);
   std::vector<std::vector<uint64_t>> tables;
   CHOIR_ASSIGN_OR_RETURN(const Walk walk,
                          StartWalk(op, blocks, chunk, own, buf, TableFor(c, chooser, CollKind::kAllgather, bytes),
                                    &tables));
   if (walk.shared) return CmaAllgatherWith(op, own, buf, blocks);
-  if (chooser == nullptr) return GatherThroughPipe(op, own, buf, blocks, chunk, walk);
+  if (chooser == nullptr || !AdaptsHere(c)) return GatherThroughPipe(op, own, buf, blocks, chunk, walk);
   const WalkChooser::Walk how = chooser->Choose(CollKind::kAllgather, bytes, tables);
   return TimedWalk(c, *chooser, CollKind::kAllgather, bytes, how, [&] {
     return how == WalkChooser::Walk::kKernel ? CmaAllgatherWith(op, own, buf, blocks)
@@ -376,7 +383,7 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
   const size_t es = c.elem_size();
   const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es);
   const size_t bytes = ElemsSpanned(blocks) * es;
-  WalkChooser* chooser = ChooserFor(c, /*adaptive=*/true, bytes);
+  WalkChooser* chooser = ChooserFor(op, /*adaptive=*/true, bytes);
   std::vector<std::vector<uint64_t>> tables;
   CHOIR_ASSIGN_OR_RETURN(const Walk walk,
                          StartWalk(op, blocks, chunk, in, out, TableFor(c, chooser, CollKind::kAlltoall, bytes),
@@ -386,7 +393,9 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
   bool none_in_place = true;
   for (const PeerBuffers& b : op.peers()) none_in_place = none_in_place && b.send != b.recv;
   if (walk.shared && none_in_place) return AlltoallFromPeers(op, in, out, blocks);
-  if (chooser == nullptr || !none_in_place) return AlltoallThroughPipe(op, in, out, blocks, chunk, walk);
+  if (chooser == nullptr || !AdaptsHere(c) || !none_in_place) {
+    return AlltoallThroughPipe(op, in, out, blocks, chunk, walk);
+  }
   const WalkChooser::Walk how = chooser->Choose(CollKind::kAlltoall, bytes, tables);
   return TimedWalk(c, *chooser, CollKind::kAlltoall, bytes, how, [&] {
     return how == WalkChooser::Walk::kKernel ? AlltoallFromPeers(op, in, out, blocks)

@@ -30,12 +30,13 @@ std::vector<uint64_t> WalkChooser::Table(CollKind kind, size_t bytes, bool adapt
 WalkChooser::Walk WalkChooser::Choose(CollKind kind, size_t bytes, const std::vector<std::vector<uint64_t>>& tables) {
   Entry& e = At(kind, bytes);
   const uint64_t call = e.calls++;
+  e.trying = false;
   // The slowest rank's figure per walk; a walk some rank has not measured
   // yet counts as unknown.
   std::array<double, 2> slowest{};
   std::array<bool, 2> known{true, true};
   for (const std::vector<uint64_t>& t : tables) {
-    if (t.size() < 3 || t[0] == 0) return Walk::kPipe;  // a rank does not adapt
+    if (t.size() < kTableWords || t[0] == 0) return Walk::kPipe;  // a rank does not adapt
     for (size_t w = 0; w < 2; ++w) {
       const double v = std::bit_cast<double>(t[w + 1]);
       known[w] = known[w] && v > 0;
@@ -49,13 +50,15 @@ WalkChooser::Walk WalkChooser::Choose(CollKind kind, size_t bytes, const std::ve
                           slowest[static_cast<size_t>(other)] >= 2 * slowest[static_cast<size_t>(best)];
   const uint64_t period = far_behind ? kRareExplorePeriod : kExplorePeriod;
   // Every input here was exchanged, so the reference is the same on every rank.
+  // The walk in use getting faster needs no try (it only gains), but sets
+  // the base a later slowdown is measured from.
   const double in_use = known[static_cast<size_t>(best)] ? slowest[static_cast<size_t>(best)] : 0;
-  if (best != e.ref_walk || e.ref_value <= 0) {
+  if (best != e.ref_walk || e.ref_value <= 0 || in_use < e.ref_value) {
     e.ref_walk = best;
     e.ref_value = in_use;
   }
-  const bool changed = e.ref_value > 0 && (in_use > kChange * e.ref_value || in_use * kChange < e.ref_value);
-  e.trying = call % period == period / 2 || changed;
+  const bool slowed = e.ref_value > 0 && in_use > kChange * e.ref_value;
+  e.trying = call % period == period / 2 || slowed;
   if (e.trying) e.ref_value = in_use;
   return e.trying ? other : best;
 }

@@ -13,8 +13,8 @@
 // slow spell it was caught in, where the kernel copy was slow too
 // (docs/algorithms.md); it is meant for hosts whose switch points were
 // never measured. A try also runs slower than the same walk in a row (the
-// kernel copy right after pipe calls: 1.2x at 1 MiB, 1.7x at 4 MiB), so
-// tries overrate the walk not in use.
+// kernel copy right after pipe calls: 1.15-1.2x at 1 MiB, 1.7x at 4 MiB),
+// so tries overrate the walk not in use.
 //
 // How: per collective and power-of-two size class, each rank keeps its last
 // three times per byte for each walk and takes their median (interference
@@ -24,10 +24,10 @@
 // fastest; the kernel copy must be ahead by kKernelMargin to replace the
 // pipe. One call in kExplorePeriod takes the other walk (one in
 // kRareExplorePeriod when that walk measured at least twice as slow), and
-// so does the next call after the walk in use got kChange times slower or
-// faster than at the last try (a slow minute starting or ending: it moves
-// the other walk's time too, sometimes the other way), so that both
-// figures follow the host; the time of such a try replaces the
+// so does the next call after the walk in use got kChange times slower
+// than at the last try or since it last got faster (a slow spell starting:
+// it moves the other walk's time too, sometimes the other way), so that
+// both figures follow the host; the time of such a try replaces the
 // three of its walk, so that a walk that became faster is taken again after
 // one try (a try that was fast by chance costs a few calls: the walk in use
 // gets a time every call). A walk's first time is dropped (it pays for
@@ -54,26 +54,28 @@ class WalkChooser {
  public:
   enum class Walk { kPipe = 0, kKernel = 1 };
   // One call in 32 tries the other walk, one in 128 when it measured at
-  // least twice as slow: at 4 MiB, where the kernel copy took 2.2-2.5x as
-  // long as the pipe in a good minute, a try every 32 calls cost 5-8 % of
-  // the mean.
+  // least twice as slow: at 4 MiB, where a try of the kernel copy took
+  // 2.2-2.5x as long as a pipe call (a try runs slower than the same walk
+  // in a row), a try every 32 calls cost 5-8 % of the mean.
   static constexpr uint64_t kExplorePeriod = 32;
   static constexpr uint64_t kRareExplorePeriod = 128;
-  // The kernel copy wins below 0.8x the pipe's time. Measured on the AMD
-  // VM (2 ranks, 256 KiB-4 MiB): kernel/pipe 1.1-2.0 in good minutes, about
-  // 0.5 in slow ones.
+  // The kernel copy wins below 0.8x the pipe's time, so that close figures
+  // keep the pipe. Measured on the AMD VM (2 ranks, 256 KiB-4 MiB of buffer,
+  // launches of one walk, medians): cma/pipe 1.2-1.9 (docs/performance.md).
   static constexpr double kKernelMargin = 0.8;
-  // A change of the walk in use by this factor (either way) since the last
-  // try makes the next call a try.
+  // The walk in use getting this much slower since the last try (or since
+  // it last got faster) makes the next call a try.
   static constexpr double kChange = 1.5;
-  // Smaller calls do not choose (nor exchange the figures): below, the pipe
+  // Calls of a smaller buffer (the whole receive buffer) do not choose, nor
+  // exchange the figures: below, the pipe
   // led clearly (alltoall 64 KiB: 8.4 against 13.2 µs for cma, a cma call's
   // handshake alone about 2 µs; docs/algorithms.md).
   static constexpr size_t kMinBytes = 256 * 1024;
 
-  // What this rank publishes before a call of `kind` moving `bytes` (the
-  // same number of words on every rank): whether it adapts, and its
-  // figures for the two walks.
+  // What this rank publishes before a call of `kind` moving `bytes`
+  // (kTableWords on every rank): whether it adapts, and its figures for the
+  // two walks.
+  static constexpr size_t kTableWords = 3;
   std::vector<uint64_t> Table(CollKind kind, size_t bytes, bool adapt);
   // The walk of this call from every rank's Table (the same result on every
   // rank); counts the call.

@@ -130,6 +130,29 @@ TEST(WalkChooserTest, AChangeOfTheWalkInUseIsTriedAtOnce) {
   }
 }
 
+// The walk in use getting faster needs no try: it only gains.
+TEST(WalkChooserTest, AWalkThatGetsFasterTriggersNoTry) {
+  WalkChooser c;
+  std::vector<Walk> walks;
+  for (int call = 0; call < 200; ++call) {
+    const std::vector<std::vector<uint64_t>> tables{c.Table(CollKind::kAlltoall, kBytes, true)};
+    const Walk w = c.Choose(CollKind::kAlltoall, kBytes, tables);
+    walks.push_back(w);
+    c.Record(CollKind::kAlltoall, kBytes, w, w == Walk::kPipe ? (call < 100 ? 200'000 : 100'000) : 450'000);
+  }
+  EXPECT_EQ(CallsTaking(walks, Walk::kKernel), (std::vector<int>{16, 48, 64, 192}));
+}
+
+TEST(WalkChooserTest, TheMarginIsStrict) {
+  // 0.79x the pipe's time wins from the second try on; 0.81x never does.
+  const auto ahead = RunRanks(2, 3 * kPeriod, {100'000, 100'000}, {79'000, 79'000});
+  for (int call = 49; call < 3 * kPeriod; ++call) {
+    EXPECT_EQ(ahead[0][static_cast<size_t>(call)], call == 80 ? Walk::kPipe : Walk::kKernel) << "call " << call;
+  }
+  const auto behind = RunRanks(2, 3 * kPeriod, {100'000, 100'000}, {81'000, 81'000});
+  EXPECT_EQ(CallsTaking(behind[0], Walk::kKernel), (std::vector<int>{16, 48, 80}));
+}
+
 TEST(WalkChooserTest, OneSlowCallDoesNotMoveTheChoice) {
   WalkChooser c;
   std::vector<Walk> walks;

@@ -103,7 +103,7 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
 }
 
 Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
-                               Deadline deadline, const char** route, int* algo_index, int64_t* first_data_ns) {
+                               Deadline deadline, uint8_t* route, int* algo_index, int64_t* first_data_ns) {
   const Signature sig = Signature::Of(args);
   OpObserver observer(this, sig, seq);
   transport::RunHooks hooks;

@@ -89,7 +89,7 @@ class CommImpl {
   // `start`: when Execute began (CoarseNowNanos, never ahead of NowNanos),
   // for the elapsed time in errors.
   Status RunCollective(algorithms::OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
-                       Deadline deadline, const char** route, int* algo_index, int64_t* first_data_ns);
+                       Deadline deadline, uint8_t* route, int* algo_index, int64_t* first_data_ns);
   // SelectAlgorithm, remembering the last choice for equal calls.
   Result<const algorithms::Algorithm*> Select(const algorithms::Context& ctx, const algorithms::OpArgs& args,
                                               const CallOptions& options);

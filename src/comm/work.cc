@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "base/clock.h"
+#include "transport/endpoint.h"
 
 namespace choir {
 
@@ -90,7 +91,11 @@ WorkInfo Work::info() const {
   if (!state_ || state_->result_set.load(std::memory_order_acquire) == 0) return WorkInfo{};
   const CompletionInfo& i = state_->info;
   WorkInfo out;
-  if (i.algorithm != nullptr) out.algorithm = std::string(i.algorithm) + (i.route != nullptr ? i.route : "");
+  if (i.algorithm != nullptr) {
+    out.algorithm = i.algorithm;
+    if (i.route & transport::kRouteKernelWalk) out.algorithm += "+cma";
+    if (i.route & transport::kRouteShared) out.algorithm += "+shared";
+  }
   out.sequence = i.sequence;
   out.seconds = i.seconds;
   out.source_rank = i.source_rank;

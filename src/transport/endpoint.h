@@ -55,6 +55,12 @@ class RunObserver {
   ~RunObserver() = default;
 };
 
+// RunHooks::route bits, shown after the algorithm's name in this order.
+enum RouteBit : uint8_t {
+  kRouteKernelWalk = 1,  // "+cma": a same-host walk chose the kernel copy at run time
+  kRouteShared = 2,      // "+shared": read or wrote a peer's SharedBuffer directly
+};
+
 struct RunHooks {
   Deadline deadline = Deadline::Infinite();
   RunObserver* observer = nullptr;
@@ -62,11 +68,9 @@ struct RunHooks {
   // Set (if not null and still 0) to the time the first peer data arrived
   // (OpNanos(), the operation clock).
   int64_t* first_data_ns = nullptr;
-  // Set (if not null) to how the operation's algorithm moved the data when
-  // that is worth naming after it (static strings): "+shared" when it read
-  // or wrote a peer's SharedBuffer directly, "+cma" when a same-host walk
-  // chose the kernel copy at run time.
-  const char** route = nullptr;
+  // Route bits (if not null) the operation's algorithm sets when how it
+  // moved the data is worth naming after it (WorkInfo::algorithm).
+  uint8_t* route = nullptr;
 };
 
 // How a rank waits for its peers: busy-poll for `spin_ns` (peers that arrive

@@ -162,7 +162,10 @@ constexpr uint64_t kRoutesMinBytes = 64 * 1024;
 std::string RouteSummary(const std::map<std::string, int64_t>& routes) {
   std::vector<std::pair<int64_t, std::string>> by_calls;
   for (const auto& [name, calls] : routes) by_calls.emplace_back(calls, name);
-  std::sort(by_calls.begin(), by_calls.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  // Most calls first; equal counts by name, so that the summary is stable.
+  std::sort(by_calls.begin(), by_calls.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
   if (by_calls.empty()) return "";
   std::string out = by_calls[0].second;
   if (by_calls.size() > 1) {
