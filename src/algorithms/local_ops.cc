@@ -300,7 +300,7 @@ Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, const std::ve
                                 sizeof(mine) + table.size() * sizeof(uint64_t)));
     }
     std::memcpy(&op.peers_[static_cast<size_t>(p)], op.data(p), sizeof(PeerBuffers));
-    if (tables) {
+    if (tables && !table.empty()) {
       auto& t = (*tables)[static_cast<size_t>(p)];
       t.resize(table.size());
       std::memcpy(t.data(), op.data(p) + sizeof(PeerBuffers), table.size() * sizeof(uint64_t));

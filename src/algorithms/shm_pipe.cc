@@ -267,12 +267,11 @@ Status GatherThroughPipe(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blo
 
 // The chooser for a user's allgather or alltoall (`adaptive`) of `bytes`
 // when it may take the kernel copy instead of the pipe, else null: then no
-// numbers are exchanged either. Every rank gets the same answer: the same
-// sizes, the same group-wide cma verdict, the same slots.
-WalkChooser* ChooserFor(const AreaOp& op, bool adaptive, size_t bytes) {
-  const Context& c = op.ctx();
+// numbers are exchanged either (they always fit: a slot holds at least 4
+// KiB). Every rank gets the same answer: the same sizes, the same
+// group-wide cma verdict.
+WalkChooser* ChooserFor(const Context& c, bool adaptive, size_t bytes) {
   if (!adaptive || !c.local_group()->cma || bytes < WalkChooser::kMinBytes) return nullptr;
-  if (sizeof(PeerBuffers) + WalkChooser::kTableWords * sizeof(uint64_t) > op.slot_capacity()) return nullptr;
   return c.walk_chooser();
 }
 
@@ -308,7 +307,7 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
   const size_t es = c.elem_size();
   const size_t chunk = ChunkBytes(op.pipe_bytes(), op.pipe_cache_bytes(), 1) / es;  // one chunk per step
   const size_t bytes = ElemsSpanned(blocks) * es;
-  WalkChooser* chooser = ChooserFor(op, adaptive, bytes);
+  WalkChooser* chooser = ChooserFor(c, adaptive, bytes);
   std::vector<std::vector<uint64_t>> tables;
   CHOIR_ASSIGN_OR_RETURN(const Walk walk,
                          StartWalk(op, blocks, chunk, own, buf, TableFor(c, chooser, CollKind::kAllgather, bytes),
@@ -383,7 +382,7 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
   const size_t es = c.elem_size();
   const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es);
   const size_t bytes = ElemsSpanned(blocks) * es;
-  WalkChooser* chooser = ChooserFor(op, /*adaptive=*/true, bytes);
+  WalkChooser* chooser = ChooserFor(c, /*adaptive=*/true, bytes);
   std::vector<std::vector<uint64_t>> tables;
   CHOIR_ASSIGN_OR_RETURN(const Walk walk,
                          StartWalk(op, blocks, chunk, in, out, TableFor(c, chooser, CollKind::kAlltoall, bytes),
