@@ -281,13 +281,16 @@ WalkChooser* ChooserFor(const Context& c, bool adaptive, size_t bytes) {
 // its setting holds for the communicator's life.
 bool AdaptsHere(const Context& c) { return c.select_config() != nullptr && c.select_config()->adapt_walks; }
 
-// Runs `walk` (the pipe's or the kernel copy's, as chosen), timed for the
-// chooser; the kernel copy shows as "+cma" after the algorithm's name.
-template <typename Fn>
-Status TimedWalk(Context& c, WalkChooser& chooser, CollKind kind, size_t bytes, WalkChooser::Walk walk, Fn&& run) {
+// Runs the walk every rank chooses from the exchanged `tables`, `pipe` or
+// `kernel`, timed for the chooser; the kernel copy shows as "+cma" after the
+// algorithm's name.
+template <typename Pipe, typename Kernel>
+Status RunChosenWalk(Context& c, WalkChooser& chooser, CollKind kind, size_t bytes,
+                     const std::vector<std::vector<uint64_t>>& tables, Pipe&& pipe, Kernel&& kernel) {
+  const WalkChooser::Walk walk = chooser.Choose(kind, bytes, tables);
   if (walk == WalkChooser::Walk::kKernel) c.NoteKernelWalk();
   const int64_t t0 = OpNanos();
-  Status s = run();
+  Status s = walk == WalkChooser::Walk::kKernel ? kernel() : pipe();
   if (s.ok()) chooser.Record(kind, bytes, walk, OpNanos() - t0);
   return s;
 }
@@ -314,11 +317,10 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
                                    &tables));
   if (walk.shared) return CmaAllgatherWith(op, own, buf, blocks);
   if (chooser == nullptr || !AdaptsHere(c)) return GatherThroughPipe(op, own, buf, blocks, chunk, walk);
-  const WalkChooser::Walk how = chooser->Choose(CollKind::kAllgather, bytes, tables);
-  return TimedWalk(c, *chooser, CollKind::kAllgather, bytes, how, [&] {
-    return how == WalkChooser::Walk::kKernel ? CmaAllgatherWith(op, own, buf, blocks)
-                                              : GatherThroughPipe(op, own, buf, blocks, chunk, walk);
-  });
+  return RunChosenWalk(
+      c, *chooser, CollKind::kAllgather, bytes, tables,
+      [&] { return GatherThroughPipe(op, own, buf, blocks, chunk, walk); },
+      [&] { return CmaAllgatherWith(op, own, buf, blocks); });
 }
 
 // Alltoall with each rank copying its blocks straight out of its peers'
@@ -395,11 +397,10 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
   if (chooser == nullptr || !AdaptsHere(c) || !none_in_place) {
     return AlltoallThroughPipe(op, in, out, blocks, chunk, walk);
   }
-  const WalkChooser::Walk how = chooser->Choose(CollKind::kAlltoall, bytes, tables);
-  return TimedWalk(c, *chooser, CollKind::kAlltoall, bytes, how, [&] {
-    return how == WalkChooser::Walk::kKernel ? AlltoallFromPeers(op, in, out, blocks)
-                                              : AlltoallThroughPipe(op, in, out, blocks, chunk, walk);
-  });
+  return RunChosenWalk(
+      c, *chooser, CollKind::kAlltoall, bytes, tables,
+      [&] { return AlltoallThroughPipe(op, in, out, blocks, chunk, walk); },
+      [&] { return AlltoallFromPeers(op, in, out, blocks); });
 }
 
 }  // namespace

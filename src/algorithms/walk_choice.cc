@@ -6,10 +6,7 @@
 namespace choir::algorithms {
 
 double WalkChooser::Times::Median() const {
-  const uint64_t kept = recorded > 0 ? recorded - 1 : 0;  // the first is dropped
-  if (kept == 0) return 0;
-  if (kept == 1) return last[0];
-  if (kept == 2) return (last[0] + last[1]) / 2;
+  if (kept < last.size()) return kept == 0 ? 0 : (last[0] + last[kept - 1]) / 2;  // one or two times
   std::array<double, 3> v = last;
   std::sort(v.begin(), v.end());
   return v[1];
@@ -67,14 +64,19 @@ void WalkChooser::Record(CollKind kind, size_t bytes, Walk walk, int64_t nanos) 
   if (bytes == 0 || nanos <= 0) return;
   Entry& e = At(kind, bytes);
   Times& t = e.walks[static_cast<size_t>(walk)];
-  if (t.recorded++ == 0) return;  // cold: first touches
+  if (!t.warm) {  // cold: first touches
+    t.warm = true;
+    return;
+  }
   const double now = static_cast<double>(nanos) / static_cast<double>(bytes);
   if (e.trying) {
     t.last.fill(now);  // a try speaks for its walk alone
-    t.recorded = std::max<uint64_t>(t.recorded, t.last.size() + 1);
+    t.kept = t.last.size();
   } else {
-    t.last[(t.recorded - 2) % t.last.size()] = now;
+    t.last[t.next] = now;
+    t.kept = std::min(t.kept + 1, t.last.size());
   }
+  t.next = (t.next + 1) % t.last.size();
 }
 
 }  // namespace choir::algorithms

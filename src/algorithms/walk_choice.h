@@ -5,8 +5,8 @@
 // Why: which walk is faster for a size depends on the host and, on some
 // hosts, on the minute. On the AMD VM this project measures on, a hand-off
 // between its two cores took 60-100 ns in some spells and about 340 ns in
-// others, and a copy of data the other core had just written ran at 25-36
-// or at 9-12 GB/s; the pipe passes every byte through that path. The
+// others, and a copy of data the other core had just written ran at 23-36
+// or at 9-13 GB/s; the pipe passes every byte through that path. The
 // switch points (switch_points.cc) are fixed per host class; this measures
 // instead. Off by default (CHOIR_SHM_ADAPT=1 turns it on): on that VM it
 // cost 3-13 % (medians of 20 launches) and did not beat the pipe in the
@@ -54,9 +54,11 @@ class WalkChooser {
  public:
   enum class Walk { kPipe = 0, kKernel = 1 };
   // One call in 32 tries the other walk, one in 128 when it measured at
-  // least twice as slow: at 4 MiB, where a try of the kernel copy took
-  // 2.2-2.5x as long as a pipe call (a try runs slower than the same walk
-  // in a row), a try every 32 calls cost 5-8 % of the mean.
+  // least twice as slow: a try of the kernel copy in a 4 MiB allgather took
+  // 2.0-2.6x as long as a pipe call (the chooser's own figures, one launch;
+  // a try runs slower than the same walk in a row). With the rarer tries,
+  // 4 MiB allgathers still ran 5-30 % slower than the pipe alone (4
+  // interleaved launches of 300 calls each).
   static constexpr uint64_t kExplorePeriod = 32;
   static constexpr uint64_t kRareExplorePeriod = 128;
   // The kernel copy wins below 0.8x the pipe's time, so that close figures
@@ -84,10 +86,12 @@ class WalkChooser {
   void Record(CollKind kind, size_t bytes, Walk walk, int64_t nanos);
 
  private:
-  // A walk's last three times per byte.
+  // A walk's last three times per byte (the first time it ran dropped).
   struct Times {
     std::array<double, 3> last{};
-    uint64_t recorded = 0;  // including the dropped first
+    size_t kept = 0;    // entries of `last` in use
+    size_t next = 0;    // where the next time goes (the oldest)
+    bool warm = false;  // the cold first time was dropped
     double Median() const;  // 0: none yet
   };
   struct Entry {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <functional>
 #include <vector>
 
 namespace choir::algorithms {
@@ -39,6 +40,22 @@ std::vector<std::vector<Walk>> RunRanks(int ranks, int calls, const std::vector<
 
 constexpr int kPeriod = static_cast<int>(WalkChooser::kExplorePeriod);
 constexpr int kRarePeriod = static_cast<int>(WalkChooser::kRareExplorePeriod);
+
+// One rank's choice for a call of `kind` moving `bytes`.
+Walk ChooseAlone(WalkChooser& c, CollKind kind, size_t bytes) {
+  return c.Choose(kind, bytes, {c.Table(kind, bytes, true)});
+}
+
+// `calls` calls of one rank on `c`, each taking ns(call, walk); its walks.
+std::vector<Walk> Drive(WalkChooser& c, CollKind kind, int calls, const std::function<int64_t(int, Walk)>& ns) {
+  std::vector<Walk> walks;
+  for (int call = 0; call < calls; ++call) {
+    const Walk w = ChooseAlone(c, kind, kBytes);
+    walks.push_back(w);
+    c.Record(kind, kBytes, w, ns(call, w));
+  }
+  return walks;
+}
 
 std::vector<int> CallsTaking(const std::vector<Walk>& walks, Walk w) {
   std::vector<int> calls;
@@ -82,23 +99,13 @@ TEST(WalkChooserTest, KernelCopyMustLeadByTheMargin) {
   EXPECT_EQ(walks[0], walks[2]);
 }
 
-// One rank, the pipe slow until `fast_from`, then fast; the kernel copy steady.
-std::vector<Walk> PhaseChange(int calls, int fast_from, int64_t slow_ns) {
-  WalkChooser c;
-  std::vector<Walk> walks;
-  for (int call = 0; call < calls; ++call) {
-    const std::vector<std::vector<uint64_t>> tables{c.Table(CollKind::kAllgather, kBytes, true)};
-    const Walk w = c.Choose(CollKind::kAllgather, kBytes, tables);
-    walks.push_back(w);
-    c.Record(CollKind::kAllgather, kBytes, w, w == Walk::kPipe ? (call < fast_from ? slow_ns : 50'000) : 100'000);
-  }
-  return walks;
-}
-
 TEST(WalkChooserTest, BackToThePipeAfterOneTryWhenItRecovers) {
   // The pipe 4x slower until call 64: the kernel copy from call 49 (after
   // its second try); the pipe's try at call 64 finds it fast again.
-  const auto walks = PhaseChange(5 * kPeriod, 2 * kPeriod, 400'000);
+  WalkChooser c;
+  const auto walks = Drive(c, CollKind::kAllgather, 5 * kPeriod, [](int call, Walk w) -> int64_t {
+    return w == Walk::kPipe ? (call < 2 * kPeriod ? 400'000 : 50'000) : 100'000;
+  });
   for (int call = 49; call < 5 * kPeriod; ++call) {
     EXPECT_EQ(walks[static_cast<size_t>(call)], call < 64 ? Walk::kKernel : Walk::kPipe) << "call " << call;
   }
@@ -109,15 +116,10 @@ TEST(WalkChooserTest, BackToThePipeAfterOneTryWhenItRecovers) {
 // so the next call tries the other at once instead of at the next period.
 TEST(WalkChooserTest, AChangeOfTheWalkInUseIsTriedAtOnce) {
   WalkChooser c;
-  std::vector<Walk> walks;
-  for (int call = 0; call < 200; ++call) {
-    const std::vector<std::vector<uint64_t>> tables{c.Table(CollKind::kAlltoall, kBytes, true)};
-    const Walk w = c.Choose(CollKind::kAlltoall, kBytes, tables);
-    walks.push_back(w);
+  const auto walks = Drive(c, CollKind::kAlltoall, 200, [](int call, Walk w) -> int64_t {
     const bool slow_minute = call >= 100;
-    c.Record(CollKind::kAlltoall, kBytes, w,
-             w == Walk::kPipe ? (slow_minute ? 300'000 : 100'000) : (slow_minute ? 150'000 : 250'000));
-  }
+    return w == Walk::kPipe ? (slow_minute ? 300'000 : 100'000) : (slow_minute ? 150'000 : 250'000);
+  });
   // Before: the kernel copy 2.5x slower, tried at 16, 48, then 64.
   EXPECT_EQ(CallsTaking(std::vector<Walk>(walks.begin(), walks.begin() + 100), Walk::kKernel),
             (std::vector<int>{16, 48, 64}));
@@ -133,13 +135,9 @@ TEST(WalkChooserTest, AChangeOfTheWalkInUseIsTriedAtOnce) {
 // The walk in use getting faster needs no try: it only gains.
 TEST(WalkChooserTest, AWalkThatGetsFasterTriggersNoTry) {
   WalkChooser c;
-  std::vector<Walk> walks;
-  for (int call = 0; call < 200; ++call) {
-    const std::vector<std::vector<uint64_t>> tables{c.Table(CollKind::kAlltoall, kBytes, true)};
-    const Walk w = c.Choose(CollKind::kAlltoall, kBytes, tables);
-    walks.push_back(w);
-    c.Record(CollKind::kAlltoall, kBytes, w, w == Walk::kPipe ? (call < 100 ? 200'000 : 100'000) : 450'000);
-  }
+  const auto walks = Drive(c, CollKind::kAlltoall, 200, [](int call, Walk w) -> int64_t {
+    return w == Walk::kPipe ? (call < 100 ? 200'000 : 100'000) : 450'000;
+  });
   EXPECT_EQ(CallsTaking(walks, Walk::kKernel), (std::vector<int>{16, 48, 64, 192}));
 }
 
@@ -155,15 +153,10 @@ TEST(WalkChooserTest, TheMarginIsStrict) {
 
 TEST(WalkChooserTest, OneSlowCallDoesNotMoveTheChoice) {
   WalkChooser c;
-  std::vector<Walk> walks;
-  for (int call = 0; call < 3 * kPeriod; ++call) {
-    const std::vector<std::vector<uint64_t>> tables{c.Table(CollKind::kAlltoall, kBytes, true)};
-    const Walk w = c.Choose(CollKind::kAlltoall, kBytes, tables);
-    walks.push_back(w);
+  const auto walks = Drive(c, CollKind::kAlltoall, 3 * kPeriod, [](int call, Walk w) -> int64_t {
     // Every 5th pipe call is interrupted and takes 10x as long.
-    const int64_t pipe = call % 5 == 3 ? 1'000'000 : 100'000;
-    c.Record(CollKind::kAlltoall, kBytes, w, w == Walk::kPipe ? pipe : 150'000);
-  }
+    return w == Walk::kPipe ? (call % 5 == 3 ? 1'000'000 : 100'000) : 150'000;
+  });
   EXPECT_EQ(CallsTaking(walks, Walk::kKernel), (std::vector<int>{16, 48, 80}));  // the tries only
 }
 
@@ -176,18 +169,11 @@ TEST(WalkChooserTest, OneRankThatDoesNotAdaptKeepsEveryRankOnThePipe) {
 TEST(WalkChooserTest, SizeClassesAndCollectivesAreMeasuredApart) {
   WalkChooser c;
   // Teach 1 MiB alltoalls that the kernel copy is faster (from call 49).
-  for (int call = 0; call < 70; ++call) {
-    const std::vector<std::vector<uint64_t>> t{c.Table(CollKind::kAlltoall, kBytes, true)};
-    const Walk w = c.Choose(CollKind::kAlltoall, kBytes, t);
-    c.Record(CollKind::kAlltoall, kBytes, w, w == Walk::kPipe ? 500'000 : 100'000);
-  }
-  const std::vector<std::vector<uint64_t>> t1{c.Table(CollKind::kAlltoall, kBytes, true)};
-  EXPECT_EQ(c.Choose(CollKind::kAlltoall, kBytes, t1), Walk::kKernel);
+  Drive(c, CollKind::kAlltoall, 70, [](int, Walk w) -> int64_t { return w == Walk::kPipe ? 500'000 : 100'000; });
+  EXPECT_EQ(ChooseAlone(c, CollKind::kAlltoall, kBytes), Walk::kKernel);
   // Not 4 MiB alltoalls, nor 1 MiB allgathers: still unmeasured, the pipe.
-  const std::vector<std::vector<uint64_t>> t4{c.Table(CollKind::kAlltoall, 4 * kBytes, true)};
-  EXPECT_EQ(c.Choose(CollKind::kAlltoall, 4 * kBytes, t4), Walk::kPipe);
-  const std::vector<std::vector<uint64_t>> tg{c.Table(CollKind::kAllgather, kBytes, true)};
-  EXPECT_EQ(c.Choose(CollKind::kAllgather, kBytes, tg), Walk::kPipe);
+  EXPECT_EQ(ChooseAlone(c, CollKind::kAlltoall, 4 * kBytes), Walk::kPipe);
+  EXPECT_EQ(ChooseAlone(c, CollKind::kAllgather, kBytes), Walk::kPipe);
 }
 
 TEST(WalkChooserTest, MalformedOrEmptyTablesKeepThePipe) {
