@@ -15,17 +15,13 @@
 #include "diag/metrics_endpoint.h"
 #include "diag/registry.h"
 #include "params/params.h"
+#include "testing/temp_dir.h"
 
 namespace choir::diag {
 namespace {
 
 bool Has(const std::string& text, const std::string& needle) {
   return text.find(needle) != std::string::npos;
-}
-
-std::string TempDir() {
-  char tmpl[] = "/tmp/choir-exporter-XXXXXX";
-  return mkdtemp(tmpl);
 }
 
 RegistryEntry Entry(const std::string& job, int rank, int port) {
@@ -78,7 +74,8 @@ TEST(MetricsEndpointTest, ParsesThePortSetting) {
 
 // One test, in order: the endpoint is process-wide and the first start wins.
 TEST(MetricsEndpointTest, PortInUseLeavesMetricsOffThenAutoStartsAndRegisters) {
-  const std::string dir = TempDir();
+  const choir::testing::TempDir temp("choir-exporter");
+  const std::string& dir = temp.path();
   auto held = net::Listen("127.0.0.1", 0);
   ASSERT_TRUE(held.ok());
   {
@@ -131,7 +128,8 @@ TEST(DeviceMetricsTest, AbsentLibrariesAreReportedOnceAndNotFatal) {
 }
 
 TEST(ExporterTest, MergesTargetsAndSurvivesOneThatDiesMidScrape) {
-  const std::string dir = TempDir();
+  const choir::testing::TempDir temp("choir-exporter");
+  const std::string& dir = temp.path();
   auto alive = HttpServer::Start(
       "127.0.0.1", 0,
       {{"/metrics",
@@ -198,7 +196,6 @@ TEST(ExporterTest, MergesTargetsAndSurvivesOneThatDiesMidScrape) {
     ++type_lines;
   }
   EXPECT_EQ(type_lines, 1);
-  if (std::system(("rm -rf '" + dir + "'").c_str()) != 0) ADD_FAILURE();
 }
 
 }  // namespace

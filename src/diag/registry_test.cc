@@ -7,17 +7,14 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "testing/temp_dir.h"
+
 namespace choir::diag {
 namespace {
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/choir-registry-XXXXXX";
-  return mkdtemp(tmpl);
-}
-
 TEST(RegistryTest, WriteScanAndStaleEntries) {
-  const std::string base = TempDir();
-  const std::string dir = base + "/reg";
+  const choir::testing::TempDir base("choir-registry");
+  const std::string dir = base.path() + "/reg";
   RegistryEntry e;
   e.pid = static_cast<int>(getpid());
   e.start_time = ProcessStartTime(e.pid);
@@ -49,7 +46,6 @@ TEST(RegistryTest, WriteScanAndStaleEntries) {
   EXPECT_EQ(scan.stale.size(), 2u);
   EXPECT_EQ(scan.unreadable.size(), 1u);
   EXPECT_TRUE(ScanRegistry(dir + "/missing").alive.empty());
-  if (std::system(("rm -rf '" + base + "'").c_str()) != 0) ADD_FAILURE();
 }
 
 TEST(RegistryTest, ParseRejectsBadEntries) {

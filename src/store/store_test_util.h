@@ -1,37 +1,18 @@
-// Helpers shared by the store tests: a temporary directory and a stopwatch.
+// Helpers shared by the store tests: a temporary directory (testing/temp_dir.h)
+// and a stopwatch.
 //
 // Thread-safety: none needed (test fixtures).
 #ifndef CHOIR_STORE_STORE_TEST_UTIL_H_
 #define CHOIR_STORE_STORE_TEST_UTIL_H_
 
-#include <stdlib.h>
-
 #include <chrono>
-#include <filesystem>
 #include <string>
+
+#include "testing/temp_dir.h"
 
 namespace choir::store::testing {
 
-// A fresh directory under the system temp dir, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ =
-        (std::filesystem::temp_directory_path() / "choir_store_test.XXXXXX").string();
-    if (mkdtemp(templ.data()) != nullptr) path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using choir::testing::TempDir;
 
 class Stopwatch {
  public:

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/socket.h"
+#include "testing/temp_dir.h"
 
 namespace {
 
@@ -301,7 +302,8 @@ TEST(EnvironmentTest, NoStoreAtAllIsUnreachable) {
 // the rank table is refused at creation, naming both files, instead of
 // running with two views of which ranks share a host.
 TEST(EnvironmentTest, DifferentTopologyFilesAreAClusterMismatch) {
-  const std::string dir = ::testing::TempDir();
+  const choir::testing::TempDir temp("choir-topo-mismatch");
+  const std::string dir = temp.path() + "/";
   for (int r = 0; r < 2; ++r) {
     std::FILE* f = std::fopen((dir + "choir_topo_rank" + std::to_string(r) + ".json").c_str(), "w");
     ASSERT_NE(f, nullptr);
