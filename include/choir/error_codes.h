@@ -127,6 +127,11 @@
   X(NotSupported, 502, false, "The operation is not supported in this build or configuration.", \
     "A feature compiled out, or a transport that cannot carry this operation.",                 \
     "Read the message for the supported alternative.")                                          \
+  X(OutOfMemory, 503, false, "The host has too little free memory for what was asked.",          \
+    "Buffers larger than the free memory; too many ranks on one host for their shared-memory "  \
+    "segments (they grow with the number of local ranks); a full /dev/shm.",                    \
+    "The message gives what was needed and what was free: use smaller sizes or fewer ranks "    \
+    "per host, lower CHOIR_SHM_RING_BYTES, or free memory (`free -h`, `df -h /dev/shm`).")      \
   X(RankFailed, 600, false, "A rank started by the launcher failed.",                           \
     "The rank's program exited with a nonzero code or was killed by a signal.",                 \
     "Read that rank's output (lines prefixed with its rank) for the first error.")              \

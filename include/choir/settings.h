@@ -32,7 +32,11 @@ struct SettingInfo {
   std::string error;          // why the given value was rejected ("" when fine)
 };
 
-// Every setting in table order.
+// What ListSettings() shows as the value of a secret setting that is set
+// (CHOIR_AUTH_SECRET): listings go into files and reports.
+inline constexpr std::string_view kHiddenValue = "(set, hidden)";
+
+// Every setting in table order; secret values replaced by kHiddenValue.
 std::vector<SettingInfo> ListSettings();
 
 // Sets a setting with API precedence. InvalidSetting for an unknown name or a value

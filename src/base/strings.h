@@ -31,6 +31,10 @@ std::optional<double> ParseSeconds(std::string_view s);
 // "64 MiB", "8 B", "1.5 KiB".
 std::string FormatBytes(uint64_t bytes);
 
+// "0,2,5-9" for {0, 2, 5, 6, 7, 8, 9}: runs of consecutive numbers as
+// ranges, so that thousands of ranks make one short line.
+std::string FormatRanks(const std::vector<int>& ranks);
+
 // Levenshtein distance (insertions, deletions, substitutions): how far a
 // misspelt name is from a known one, for "did you mean" hints.
 size_t EditDistance(std::string_view a, std::string_view b);

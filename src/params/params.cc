@@ -298,8 +298,14 @@ std::vector<SettingInfo> ListSettings() {
       error = "'" + v.rejected_text + "' from " + SettingSourceName(v.rejected_source) +
               " rejected: " + v.error;
     }
+    // A secret never leaves the process through a listing: `choir doctor
+    // params`, perf's --json and the cluster comparison show only whether
+    // it is set.
+    const bool secret = static_cast<params::Id>(i) == params::Id::kAuthSecret;
+    std::string value = secret && !v.text.empty() ? std::string(kHiddenValue) : v.text;
+    if (secret && !error.empty()) error = "rejected: " + v.error;
     out.push_back(SettingInfo{spec.name, params::TypeName(spec.type), spec.default_value,
-                              spec.allowed, spec.description, v.text, v.source, error});
+                              spec.allowed, spec.description, std::move(value), v.source, error});
   }
   return out;
 }

@@ -51,12 +51,6 @@ std::chrono::milliseconds Remaining(Deadline d) {
   return std::chrono::milliseconds(std::max<int64_t>(1, d.RemainingNanos() / 1000000));
 }
 
-std::string RankList(const std::vector<int>& ranks) {
-  std::string out;
-  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
-  return out;
-}
-
 HandshakeHello MakeHello(const ConnectOptions& o, int from, int to, int stream) {
   HandshakeHello h;
   h.stream = stream;
@@ -137,8 +131,10 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
   if (my_shm.size() > 1) {
     std::random_device rd;
     const uint64_t token = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
-    const std::string name = fmt::format("/choir-{:016x}-{}-{}", strings::HashString(options.job_id + "/" + options.comm_uid),
-                                         rank, getpid());
+    CHOIR_RETURN_IF_ERROR(Segment::CheckRoom(static_cast<int>(my_shm.size()), options.ring_bytes,
+                                             options.area_slot_bytes, options.area_pipe_bytes)
+                              .WithContext("rank " + std::to_string(rank)));
+    const std::string name = Segment::NameFor(options.job_id + "/" + options.comm_uid, rank, getpid());
     CHOIR_ASSIGN_OR_RETURN(own, Segment::Create(name, rank, static_cast<int>(my_shm.size()),
                                                 options.ring_bytes, options.area_slot_bytes,
                                                 options.area_pipe_bytes, token));
@@ -194,7 +190,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
       }
       return Status(Code::kConnectTimeout,
                     "rank " + std::to_string(rank) + " waited for connections from rank(s) " +
-                        RankList(missing) + " at " + peers[static_cast<size_t>(rank)].address +
+                        strings::FormatRanks(missing) + " at " + peers[static_cast<size_t>(rank)].address +
                         " until the deadline; they crashed during start-up or cannot reach this "
                         "address (wrong interface: set CHOIR_SOCKET_IFNAME)");
     }

@@ -7,12 +7,15 @@
 //
 // Thread-safety: each test runs on one thread.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -25,6 +28,7 @@
 #include "base/socket.h"
 #include "base/strings.h"
 #include "testing/ports.h"
+#include "testing/temp_dir.h"
 
 extern char** environ;
 
@@ -723,6 +727,167 @@ TEST(PerfTest, NamesTheSwitchPointsItRanWith) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("\"switch_points\": \"amd\""), std::string::npos) << text.substr(0, 2000);
   std::remove(json_path.c_str());
+}
+
+// Count of `needle` in `text`.
+size_t Occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// Every flag is checked before a rank starts: one numbered error naming the
+// flag, exit code 2, and no rank output (rank lines carry a "[N]" tag).
+TEST(PerfTest, RefusesBadFlagsOnceBeforeAnyRankStarts) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"-n", "0"}, "-n must be at least 1, got 0"},
+      {{"--op", ""}, "--op '' has an empty entry"},
+      {{"--op", "allreduce,,reduce"}, "has an empty entry"},
+      {{"--op", "allreduce,scatter"}, "unknown --op 'scatter'"},
+      {{"--op", "all", "--algo", "ring"}, "--algo ring does not run broadcast (force an algorithm on one --op at a time); available: "},
+      {{"--max-bytes", ""}, "--max-bytes '' is not a size"},
+      {{"--min-bytes", "1M", "--max-bytes", "64K"}, "--min-bytes 1 MiB is above --max-bytes 64 KiB"},
+      {{"--max-bytes", "18000000000000000000"}, "--max-bytes must be at most 64 TiB"},
+      {{"--step-factor", "nan"}, "--step-factor must be a number of at least 1.01, got nan"},
+      {{"--step-factor", "1.001"}, "at least 1.01, got 1.001"},
+      {{"--time-per-size", "inf"}, "--time-per-size must be more than 0"},
+      {{"--iters", "5", "--time-per-size", "1"}, "give --iters or --time-per-size, not both"},
+      {{"--iters", "99999999"}, "--iters must be 1 to 1000000"},
+      {{"--warmup", "-1"}, "--warmup must be 0 to 1000000, got -1"},
+      {{"--repeat", "0"}, "--repeat must be 1 to 1000, got 0"},
+      {{"--root", "2"}, "--root must be a rank from 0 to 1, got 2"},
+      {{"--buffers", "huge"}, "--buffers must be heap or shared, got 'huge'"},
+      {{"--dtype", "float64", "--min-bytes", "1", "--max-bytes", "4"},
+       "no size up to --max-bytes 4 holds one float64 element per rank for allreduce with 2 ranks; raise "
+       "--max-bytes to at least 8"},
+      {{"--op", "allgather", "--dtype", "float64", "--min-bytes", "1", "--max-bytes", "8"},
+       "raise --max-bytes to at least 16"},
+      {{"--json", "/"}, "--json /: is a directory"},
+      {{"--json", "/no/such/dir/perf.json"}, "directory /no/such/dir does not exist"},
+      {{"--baseline", "/"}, "--baseline /: not a regular file"},
+      {{"--baseline", "/no/such/baseline.json"}, "--baseline /no/such/baseline.json: No such file or directory"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    std::vector<std::string> args = {"perf"};
+    // A small run unless the case gives the flag itself.
+    for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+             {"-n", "2"}, {"--max-bytes", "64K"}, {"--iters", "5"}}) {
+      if (std::find(flags.begin(), flags.end(), flag) == flags.end()) args.insert(args.end(), {flag, value});
+    }
+    args.insert(args.end(), flags.begin(), flags.end());
+    const Outcome r = RunChoir(args, {}, 30);
+    const std::string all = r.out + r.err;
+    EXPECT_EQ(r.exit_code, 2) << all;
+    EXPECT_EQ(Occurrences(all, "E602 UsageError"), 1u) << all;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << "want: " << expected << "\n" << all;
+    EXPECT_EQ(all.find("[0]"), std::string::npos) << all;
+  }
+}
+
+// The largest size must fit the host's memory: refused before any rank
+// starts, with what was needed and what is there.
+TEST(PerfTest, RefusesSizesBeyondTheHostsMemory) {
+  const Outcome r = RunChoir({"perf", "-n", "2", "--min-bytes", "1T", "--max-bytes", "1T", "--iters", "5"}, {}, 30);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("E503 OutOfMemory: the largest size, --max-bytes 1T, needs 2 TiB per rank"), std::string::npos)
+      << r.err;
+  EXPECT_EQ((r.out + r.err).find("[0]"), std::string::npos) << r.out << r.err;
+}
+
+// A --baseline must be a `choir perf --json` file of a run of the same shape;
+// anything else is refused naming the file and what is wrong, never thrown on.
+TEST(PerfTest, RefusesABaselineOfAnotherShape) {
+  const testing::TempDir dir("choir-perf-baseline");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "not JSON"},
+      {"{\"results\": [", "not JSON"},
+      {"[1, 2]", "no \"results\" list"},
+      {"{\"results\": 5}", "no \"results\" list"},
+      {"{\"results\": []}", "\"ranks\" is missing"},
+      {"{\"ranks\": 2, \"results\": [1]}", "results[0] is not an object"},
+      {"{\"ranks\": 2, \"results\": [{\"op\": 5}]}", "results[0].op is missing or not a string"},
+      {"{\"ranks\": 2, \"results\": [{\"op\": \"allreduce\", \"bytes\": \"8\"}]}", "results[0].bytes"},
+      {"{\"ranks\": 2, \"results\": [{\"op\": \"allreduce\", \"bytes\": 8, \"busbw_median\": \"x\"}]}",
+       "results[0].busbw_median"},
+      {"{\"ranks\": 2, \"results\": [{\"op\": \"allreduce\", \"bytes\": 8, \"busbw_median\": 1, "
+       "\"busbw_spread\": -1}]}",
+       "results[0].busbw_spread"},
+      {"{\"ranks\": 1, \"results\": []}", "measured with 1 ranks, this run has 2"},
+      {"{\"ranks\": 2, \"results\": [{\"op\": \"allreduce\", \"bytes\": 8, \"busbw_median\": 1, "
+       "\"dtype\": \"int8\"}]}",
+       "measured int8, this run measures float32"},
+      {"{\"ranks\": 2, \"results\": [{\"op\": \"allreduce\", \"bytes\": 8, \"busbw_median\": 1, "
+       "\"reduce_op\": \"max\"}]}",
+       "measured reduce-op max, this run sum"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string path = dir.path() + "/b" + std::to_string(i) + ".json";
+    std::ofstream(path) << cases[i].first;
+    const Outcome r = RunChoir({"perf", "-n", "2", "--max-bytes", "64", "--iters", "5", "--baseline", path}, {}, 30);
+    EXPECT_EQ(r.exit_code, 2) << cases[i].first << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find("E602 UsageError: --baseline " + path + ": " + cases[i].second), std::string::npos)
+        << "want: " << cases[i].second << "\n" << r.err;
+  }
+}
+
+// --json is written whole or not at all, and a secret setting never reaches it.
+TEST(PerfTest, JsonHidesSecretsAndAFailedRunKeepsTheEarlierFile) {
+  const testing::TempDir dir("choir-perf-json");
+  const std::string path = dir.path() + "/perf.json";
+  std::ofstream(path) << "{\"earlier\": true}\n";
+  // Refused before it runs: the earlier file stays as it was.
+  Outcome r = RunChoir({"perf", "-n", "2", "--max-bytes", "64", "--iters", "5", "--step-factor", "1", "--json", path},
+                       {}, 30);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  {
+    std::ifstream in(path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "{\"earlier\": true}\n");
+  }
+  // A secret that is not even UTF-8 is shown as hidden, and the file is replaced whole.
+  r = RunChoir({"perf", "-n", "2", "--max-bytes", "64", "--iters", "5", "--json", path},
+               {"CHOIR_AUTH_SECRET=hunter2\xff"}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("hunter2"), std::string::npos);
+  EXPECT_EQ(text.find("earlier"), std::string::npos);
+  const size_t secret = text.find("\"CHOIR_AUTH_SECRET\"");
+  ASSERT_NE(secret, std::string::npos) << text.substr(0, 3000);
+  EXPECT_NE(text.substr(secret, 120).find("\"(set, hidden)\""), std::string::npos) << text.substr(secret, 120);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 1)
+      << "a temporary file was left beside the --json file";
+}
+
+// A host cannot hold the segments of too many ranks (they grow with the
+// square of the count): `choir run` refuses before it starts any, unless the
+// ranks talk over TCP only.
+TEST(RunTest, RefusesMoreRanksThanSharedMemoryHolds) {
+  Outcome r = RunChoir({"run", "-n", "4", "--", "/bin/echo", "started"}, {"CHOIR_SHM_RING_BYTES=64G"}, 30);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("E503 OutOfMemory: choir run -n 4: 4 ranks on this host need"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("started"), std::string::npos) << r.out;
+  r = RunChoir({"run", "-n", "4", "--", "/bin/echo", "started"}, {"CHOIR_SHM_RING_BYTES=64G", "CHOIR_TRANSPORT=tcp"},
+               30);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(Occurrences(r.out, "started"), 4u) << r.out;
+}
+
+// Ranks killed before they unlinked their shared-memory segments leave them
+// in /dev/shm; the launcher removes them once the ranks are gone.
+TEST(RunTest, RemovesSegmentsThatKilledRanksLeft) {
+  const std::string tag = fmt::format("{:016x}", static_cast<uint64_t>(getpid()) * 2654435761u);
+  const std::string script = "touch /dev/shm/choir-" + tag + "-$RANK-$$; kill -9 $$";
+  const Outcome r = RunChoir({"run", "-n", "2", "--", "/bin/sh", "-c", script}, {}, 30);
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.out << r.err;
+  size_t left = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    if (e.path().filename().string().find("choir-" + tag) == 0) {
+      ++left;
+      std::filesystem::remove(e.path());
+    }
+  }
+  EXPECT_EQ(left, 0u);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // `choir perf`: the bus-bandwidth benchmark (choir's nccl-tests / hccl_test).
 //
-//   choir perf [-n N] [--op allreduce|reduce_scatter|allgather|broadcast|reduce|alltoall|all]
+//   choir perf [-n N] [--op allreduce|reduce_scatter|allgather|broadcast|reduce|alltoall|all|LIST]
 //              [--dtype float32] [--reduce-op sum] [--min-bytes 8] [--max-bytes 256M]
 //              [--step-factor 2] [--iters N | --time-per-size S] [--warmup N] [--repeat R]
 //              [--check] [--algo NAME] [--transport T] [--buffers heap|shared]
@@ -22,26 +22,42 @@
 // spread; --baseline FILE compares with an earlier --json run and calls a
 // change real only when it exceeds the spread of both runs.
 //
+// Every flag is checked before a rank starts (CheckFlags): a mistake gets one
+// numbered error, not one per rank, and nothing is measured for nothing. That
+// includes the --json target, the --baseline file, --algo for every --op, and
+// whether the host has the memory the largest size needs.
+//
 // Thread-safety: runs on the main thread only.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "algorithms/op.h"
+#include "algorithms/algorithms.h"
 #include "algorithms/switch_points.h"
 #include "base/clock.h"
 #include "base/strings.h"
 #include "choir/choir.h"
 #include "choir/selftest.h"
+#include "perf_baseline.h"
 #include "subcommand.h"
 
 namespace choir::cli {
@@ -58,10 +74,40 @@ double BusFactor(const std::string& op, int n) {
   return static_cast<double>(n - 1) / n;
 }
 
+// Whether the nccl-tests byte count of `op` is the whole buffer of all ranks.
+bool WholeBuffer(const std::string& op) { return op == "reduce_scatter" || op == "allgather" || op == "alltoall"; }
+
 // Elements per rank for an operation whose nccl-tests byte count is `bytes`.
 size_t CountFor(const std::string& op, uint64_t bytes, size_t es, int n) {
-  const bool whole_buffer = op == "reduce_scatter" || op == "allgather" || op == "alltoall";
-  return static_cast<size_t>(bytes / es / (whole_buffer ? static_cast<uint64_t>(n) : 1));
+  return static_cast<size_t>(bytes / es / (WholeBuffer(op) ? static_cast<uint64_t>(n) : 1));
+}
+
+// Elements of a rank's send and receive buffers for `count` (CountFor).
+size_t SendElems(const std::string& op, size_t count, int n) {
+  return op == "reduce_scatter" || op == "alltoall" ? count * static_cast<size_t>(n) : count;
+}
+size_t RecvElems(const std::string& op, size_t count, int n) {
+  return op == "allgather" || op == "alltoall" ? count * static_cast<size_t>(n) : count;
+}
+
+// Bounds on counts that size the benchmark's own memory (every iteration's
+// time is kept and gathered on rank 0).
+constexpr int64_t kMaxIters = 1000000;
+constexpr int64_t kMaxWarmup = 1000000;
+constexpr int kMaxRepeat = 1000;
+constexpr double kMaxTimePerSize = 3600;
+
+// Bytes of memory the kernel could give without swapping (MemAvailable), or
+// 0 when unknown.
+uint64_t AvailableMemory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
 }
 
 // A benchmark buffer that only grows: heap memory or a SharedBuffer, zeroed.
@@ -75,7 +121,14 @@ class BenchBuffer {
       shared_ = std::move(*b);
       data_ = shared_.as<uint8_t>();
     } else {
-      heap_.assign(bytes, 0);
+      try {
+        std::vector<uint8_t>().swap(heap_);  // the old buffer goes first: no moment with both
+        heap_.assign(bytes, 0);
+      } catch (const std::bad_alloc&) {
+        return Status(Code::kOutOfMemory, "allocating " + strings::FormatBytes(bytes) + " of heap buffer failed");
+      } catch (const std::length_error&) {
+        return Status(Code::kOutOfMemory, "allocating " + strings::FormatBytes(bytes) + " of heap buffer failed");
+      }
       data_ = heap_.data();
     }
     size_ = bytes;
@@ -185,19 +238,51 @@ double Spread(const std::vector<double>& v) {
   return (*std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end())) / med;
 }
 
+// A whole-number setting (WORLD_SIZE), 0 when unset or not a number.
+int SettingInt(const char* name) {
+  const auto v = FindSetting(name);
+  return v ? static_cast<int>(strings::ParseInt(v->value).value_or(0)) : 0;
+}
+
+// A whole-number environment variable (LOCAL_WORLD_SIZE), 0 when unset.
+int EnvInt(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? 0 : static_cast<int>(strings::ParseInt(v).value_or(0));
+}
+
+// Whether `path` can take the --json file, checked before anything runs.
+Status CheckJsonTarget(const std::string& path) {
+  auto refuse = [&](const std::string& why) {
+    return Status(Code::kUsageError, "--json " + path + ": " + why + "; give a file in a directory you can write");
+  };
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return refuse("is a directory");
+    if (access(path.c_str(), W_OK) != 0) return refuse(std::strerror(errno));
+    return Status::Ok();
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return refuse("directory " + dir + " does not exist");
+  if (access(dir.c_str(), W_OK) != 0) return refuse("cannot create files in " + dir + ": " + std::strerror(errno));
+  return Status::Ok();
+}
+
 class PerfCommand : public Subcommand {
  public:
   void Configure(CLI::App& app) override {
     app_ = &app;
     app.add_option("-n,--nproc", nproc_, "Start this many local ranks (when not under a launcher)");
-    app.add_option("--op", op_, "allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall or all");
+    app.add_option("--op", op_,
+                   "allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, all, or a comma list");
     app.add_option("--dtype", dtype_, "Element type (default float32)");
     app.add_option("--reduce-op", reduce_op_, "Reduction (default sum)");
     app.add_option("--min-bytes", min_bytes_, "Smallest size (default 8; K/M/G suffixes)");
     app.add_option("--max-bytes", max_bytes_, "Largest size (default 256M)");
     app.add_option("--step-factor", step_factor_, "Size multiplier between rows (default 2)");
-    app.add_option("--iters", iters_, "Timed iterations per size (default: fill --time-per-size)");
-    app.add_option("--time-per-size", time_per_size_, "Seconds of timed iterations per size (default 0.2)");
+    app.add_option("--iters", iters_, "Timed iterations per size (default: fill --time-per-size; at most 1000000)");
+    app.add_option("--time-per-size", time_per_size_,
+                   "Seconds of timed iterations per size (default 0.2; at most 1000000 iterations)");
     app.add_option("--warmup", warmup_, "Untimed iterations per size (default 5)");
     app.add_option("--repeat", repeat_, "Measure each size this many times; report median and spread");
     app.add_flag("--check", check_, "Verify every rank's whole output once per size");
@@ -210,38 +295,20 @@ class PerfCommand : public Subcommand {
   }
 
   int Run() override {
-    if (nproc_ > 0 && FindSetting("WORLD_SIZE").value_or(SettingInfo{}).value == "-1") return Relaunch();
-    auto dtype = ParseDataType(dtype_);
-    if (!dtype.ok()) return ReportUsageError(*app_, dtype.status().message());
-    auto rop = ParseReduceOp(reduce_op_);
-    if (!rop.ok()) return ReportUsageError(*app_, rop.status().message());
-    if (!CheckReduceSupported(*dtype, *rop).ok()) {
-      return ReportUsageError(*app_, CheckReduceSupported(*dtype, *rop).message());
+    if (app_->count("--nproc") > 0 && nproc_ < 1) {
+      return ReportUsageError(*app_, fmt::format("-n must be at least 1, got {}", nproc_));
     }
-    const auto lo = strings::ParseBytes(min_bytes_), hi = strings::ParseBytes(max_bytes_);
-    if (!lo || !hi || *lo == 0 || *lo > *hi) {
-      return ReportUsageError(*app_, "--min-bytes/--max-bytes must be sizes with 0 < min <= max");
+    const bool launch_own = nproc_ > 0 && FindSetting("WORLD_SIZE").value_or(SettingInfo{}).value == "-1";
+    // The ranks check again (their flags are the same): a run under `choir
+    // run` has no launcher-side check, and they need the parsed values.
+    const int world = launch_own ? nproc_ : SettingInt("WORLD_SIZE");
+    const int local = launch_own ? nproc_ : std::max(1, EnvInt("LOCAL_WORLD_SIZE"));
+    if (Status flags = CheckFlags(world); !flags.ok()) {
+      return flags.code() == Code::kUsageError ? ReportUsageError(*app_, flags.message()) : ReportError(flags);
     }
-    if (step_factor_ < 1.01) return ReportUsageError(*app_, "--step-factor must be > 1");
-    if (buffers_ != "heap" && buffers_ != "shared") {
-      return ReportUsageError(*app_, "--buffers must be heap or shared, got '" + buffers_ + "'");
-    }
-    if (repeat_ < 1 || warmup_ < 0 || iters_ < 0 || time_per_size_ <= 0) {
-      return ReportUsageError(*app_, "--repeat >= 1, --warmup >= 0, --iters >= 0, --time-per-size > 0");
-    }
-    std::vector<std::string> ops = op_ == "all" ? kPerfOps : std::vector<std::string>{op_};
-    for (const auto& op : ops) {
-      if (std::find(kPerfOps.begin(), kPerfOps.end(), op) == kPerfOps.end()) {
-        return ReportUsageError(*app_, "unknown --op '" + op + "'");
-      }
-    }
-    json baseline;
-    if (!baseline_path_.empty()) {
-      std::ifstream in(baseline_path_);
-      baseline = json::parse(in, nullptr, false);
-      if (!in || baseline.is_discarded() || !baseline.contains("results")) {
-        return ReportUsageError(*app_, "--baseline " + baseline_path_ + " is not a `choir perf --json` file");
-      }
+    if (launch_own) {
+      if (Status memory = CheckMemory(world, local); !memory.ok()) return ReportError(memory);
+      return Relaunch();
     }
     CommOptions co;
     co.transport = transport_;
@@ -252,39 +319,57 @@ class PerfCommand : public Subcommand {
       return ReportError(comm.status().WithContext("choir perf needs ranks: use `choir perf -n N` or `choir run -n N choir perf`"));
     }
     Communicator& c = **comm;
-    if (root_ < 0 || root_ >= c.size()) return ReportUsageError(*app_, "--root outside the communicator");
-    std::vector<uint64_t> sizes;
-    for (double b = static_cast<double>(*lo); b <= static_cast<double>(*hi) * 1.0000001; b *= step_factor_) {
-      sizes.push_back(static_cast<uint64_t>(std::llround(b)));
+    if (world <= 0) {
+      // Not known before the communicator existed: the checks that need it.
+      if (Status flags = CheckFlags(c.size()); !flags.ok()) {
+        return flags.code() == Code::kUsageError ? ReportUsageError(*app_, flags.message()) : ReportError(flags);
+      }
     }
-    const size_t es = DataTypeSize(*dtype);
+    // The ranks agree on the memory check before any allocates (a rank
+    // checking after another allocated would see less and stop alone).
+    const Status memory = CheckMemory(c.size(), local);
+    int64_t memory_ok = memory.ok() ? 1 : 0;
+    if (Status s = c.Allreduce(&memory_ok, &memory_ok, 1, DataType::kInt64, ReduceOp::kMin).Wait(); !s.ok()) {
+      return ReportError(s);
+    }
+    if (!memory.ok()) return ReportError(memory);
+    if (memory_ok == 0) return ReportError(Status(Code::kOutOfMemory, "another rank found too little memory on its host"));
+    const size_t es = DataTypeSize(dtype_value_);
     if (c.rank() == 0) {
       fmt::print("# choir perf: {} ranks, {} {}, {} sizes from {} to {}, {} buffers, {} switch points, {}\n", c.size(),
-                 dtype_, reduce_op_, sizes.size(), strings::FormatBytes(*lo), strings::FormatBytes(*hi), buffers_,
-                 SwitchPoints(), BuildString());
+                 DataTypeName(dtype_value_), ReduceOpName(rop_value_), sizes_.size(),
+                 strings::FormatBytes(sizes_.front()), strings::FormatBytes(sizes_.back()), buffers_, SwitchPoints(),
+                 BuildString());
+      if (baseline_ && baseline_->buffers != buffers_) {
+        fmt::print("# baseline {} used {} buffers, this run {}\n", baseline_->path, baseline_->buffers, buffers_);
+      }
     }
     std::vector<Sample> samples;
-    for (const std::string& op : ops) {
+    size_t unmatched = 0;  // rows without a baseline row
+    for (const std::string& op : ops_) {
       if (c.rank() == 0) PrintHeader(op);
-      for (uint64_t bytes : sizes) {
+      size_t last_count = 0;
+      for (uint64_t bytes : sizes_) {
         const size_t count = CountFor(op, bytes, es, c.size());
-        if (count == 0) continue;
+        // Sizes that round to the same element count would measure one row twice.
+        if (count == 0 || count == last_count) continue;
+        last_count = count;
         Sample s;
         s.op = op;
         s.count = count;
-        s.bytes = static_cast<uint64_t>(count) * es * ((op == "reduce_scatter" || op == "allgather" || op == "alltoall") ? c.size() : 1);
+        s.bytes = static_cast<uint64_t>(count) * es * (WholeBuffer(op) ? static_cast<uint64_t>(c.size()) : 1);
         for (int r = 0; r < repeat_; ++r) {
-          Status st = Measure(c, op, *dtype, *rop, count, &s);
+          Status st = Measure(c, op, dtype_value_, rop_value_, count, &s);
           if (!st.ok()) return ReportError(st);
         }
         if (check_) {
           SweepOptions so;
           so.ops = {op};
-          so.dtypes = {*dtype};
+          so.dtypes = {dtype_value_};
           so.counts = {count};
           so.in_place = false;
           so.shared_buffers = buffers_ == "shared";
-          so.reduce_ops = {*rop};
+          so.reduce_ops = {rop_value_};
           so.algorithm = algo_;
           auto cases = RunSweep(c, so);
           if (!cases.ok()) return ReportError(cases.status());
@@ -292,12 +377,19 @@ class PerfCommand : public Subcommand {
           for (const auto& k : *cases) ok = ok && k.ok;
           s.check = ok ? "ok" : "FAILED";
         }
-        if (c.rank() == 0) PrintRow(s, baseline);
+        if (c.rank() == 0) {
+          PrintRow(s);
+          if (baseline_ && baseline_->Find(s.op, s.bytes) == nullptr) ++unmatched;
+        }
         samples.push_back(std::move(s));
       }
     }
+    if (c.rank() == 0 && baseline_ && unmatched > 0) {
+      fmt::print("# {} of {} rows have no row of the same op and bytes in the baseline {}\n", unmatched,
+                 samples.size(), baseline_->path);
+    }
     if (c.rank() == 0 && !json_path_.empty()) {
-      Status st = WriteJson(c, samples, *dtype, *rop);
+      Status st = WriteJson(c, samples);
       if (!st.ok()) return ReportError(st);
     }
     bool all_ok = true;
@@ -309,8 +401,6 @@ class PerfCommand : public Subcommand {
   int Relaunch() {
     // Start our own ranks: choir run -n N <this binary> perf <same flags minus -n>.
     std::vector<std::string> args = {"/proc/self/exe", "run", "-n", std::to_string(nproc_), "--", "/proc/self/exe", "perf"};
-    const std::vector<std::string> raw = app_->remaining(true);
-    (void)raw;
     for (const auto& [flag, value] : FlagsForChild()) {
       args.push_back(flag);
       if (!value.empty()) args.push_back(value);
@@ -329,19 +419,149 @@ class PerfCommand : public Subcommand {
     return ReportError(ErrnoError(Code::kLaunchFailed, errno, "re-executing choir to start ranks"));
   }
 
+  // The flags the user gave, as given (an empty value stays an argument),
+  // but -n: the ranks must parse exactly what this process checked.
   std::vector<std::pair<std::string, std::string>> FlagsForChild() const {
-    std::vector<std::pair<std::string, std::string>> f = {
-        {"--op", op_}, {"--dtype", dtype_}, {"--reduce-op", reduce_op_}, {"--min-bytes", min_bytes_},
-        {"--max-bytes", max_bytes_}, {"--step-factor", fmt::format("{}", step_factor_)},
-        {"--iters", std::to_string(iters_)}, {"--time-per-size", fmt::format("{}", time_per_size_)},
-        {"--warmup", std::to_string(warmup_)}, {"--repeat", std::to_string(repeat_)},
-        {"--root", std::to_string(root_)}, {"--buffers", buffers_}};
-    if (check_) f.push_back({"--check", ""});
-    if (!algo_.empty()) f.push_back({"--algo", algo_});
-    if (!transport_.empty()) f.push_back({"--transport", transport_});
-    if (!json_path_.empty()) f.push_back({"--json", json_path_});
-    if (!baseline_path_.empty()) f.push_back({"--baseline", baseline_path_});
+    std::vector<std::pair<std::string, std::string>> f;
+    for (const CLI::Option* opt : app_->get_options()) {
+      const std::string name = opt->get_name();
+      if (opt->count() == 0 || name == "--nproc" || name == "--help") continue;
+      if (opt->get_expected_max() == 0) {
+        f.push_back({name, ""});  // a flag without a value (--check)
+        continue;
+      }
+      for (const std::string& value : opt->results()) f.push_back({name, value});
+    }
     return f;
+  }
+
+  // Parses and checks every flag into what the run uses (dtype_value_,
+  // rop_value_, ops_, sizes_, baseline_). `world`: the run's ranks, 0 or
+  // less while not known (the checks that need it run again once the
+  // communicator exists).
+  Status CheckFlags(int world) {
+    auto usage = [](std::string what) { return Status(Code::kUsageError, std::move(what)); };
+    auto dtype = ParseDataType(dtype_);
+    if (!dtype.ok()) return usage(dtype.status().message());
+    auto rop = ParseReduceOp(reduce_op_);
+    if (!rop.ok()) return usage(rop.status().message());
+    if (Status st = CheckReduceSupported(*dtype, *rop); !st.ok()) return usage(st.message());
+    dtype_value_ = *dtype;
+    rop_value_ = *rop;
+    const size_t es = DataTypeSize(dtype_value_);
+
+    ops_.clear();
+    for (const std::string& entry : strings::Split(op_, ',')) {
+      const std::string name(strings::Trim(entry));
+      if (name.empty()) return usage("--op '" + op_ + "' has an empty entry; give op names separated by commas");
+      const std::vector<std::string> named = name == "all" ? kPerfOps : std::vector<std::string>{name};
+      for (const std::string& op : named) {
+        if (std::find(kPerfOps.begin(), kPerfOps.end(), op) == kPerfOps.end()) {
+          return usage(fmt::format("unknown --op '{}'; give {}, all, or a comma list of them", op,
+                                   fmt::join(kPerfOps, ", ")));
+        }
+        if (std::find(ops_.begin(), ops_.end(), op) == ops_.end()) ops_.push_back(op);
+      }
+    }
+    if (!algo_.empty()) {
+      for (const std::string& op : ops_) {
+        algorithms::CollKind kind;
+        if (!algorithms::ParseCollKind(op, &kind)) return Status(Code::kInternal, "no collective named " + op);
+        if (algorithms::FindAlgorithm(kind, algo_) == nullptr) {
+          std::vector<std::string> names;
+          for (const algorithms::Algorithm* a : algorithms::AlgorithmsFor(kind)) names.push_back(a->name);
+          // The list ends the line: scripts read it after "available: ".
+          return usage(fmt::format("--algo {} does not run {} (force an algorithm on one --op at a time); "
+                                   "available: {}",
+                                   algo_, op, fmt::join(names, ", ")));
+        }
+      }
+    }
+
+    const auto lo = strings::ParseBytes(min_bytes_), hi = strings::ParseBytes(max_bytes_);
+    if (!lo) return usage("--min-bytes '" + min_bytes_ + "' is not a size (examples: 8, 64K, 256M)");
+    if (!hi) return usage("--max-bytes '" + max_bytes_ + "' is not a size (examples: 8, 64K, 256M)");
+    if (*lo == 0) return usage("--min-bytes must be at least 1 byte, got '" + min_bytes_ + "'");
+    constexpr uint64_t kMaxBytes = uint64_t{1} << 46;  // beyond any host's memory, within a double's integers
+    if (*hi > kMaxBytes) return usage("--max-bytes must be at most " + strings::FormatBytes(kMaxBytes));
+    if (*lo > *hi) {
+      return usage(fmt::format("--min-bytes {} is above --max-bytes {}", strings::FormatBytes(*lo),
+                               strings::FormatBytes(*hi)));
+    }
+    if (!std::isfinite(step_factor_) || step_factor_ < 1.01) {
+      return usage(fmt::format("--step-factor must be a number of at least 1.01, got {}", step_factor_));
+    }
+    sizes_.clear();
+    for (double b = static_cast<double>(*lo); b <= static_cast<double>(*hi) * 1.0000001; b *= step_factor_) {
+      const auto bytes = static_cast<uint64_t>(std::llround(b));
+      if (sizes_.empty() || bytes != sizes_.back()) sizes_.push_back(bytes);
+    }
+
+    if (repeat_ < 1 || repeat_ > kMaxRepeat) {
+      return usage(fmt::format("--repeat must be 1 to {}, got {}", kMaxRepeat, repeat_));
+    }
+    if (warmup_ < 0 || warmup_ > kMaxWarmup) {
+      return usage(fmt::format("--warmup must be 0 to {}, got {}", kMaxWarmup, warmup_));
+    }
+    if (iters_ < 0 || iters_ > kMaxIters) {
+      return usage(fmt::format("--iters must be 1 to {} (0: fill --time-per-size), got {}", kMaxIters, iters_));
+    }
+    if (!std::isfinite(time_per_size_) || time_per_size_ <= 0 || time_per_size_ > kMaxTimePerSize) {
+      return usage(fmt::format("--time-per-size must be more than 0 and at most {} seconds, got {}",
+                               kMaxTimePerSize, time_per_size_));
+    }
+    if (iters_ > 0 && app_->count("--time-per-size") > 0) {
+      return usage("give --iters or --time-per-size, not both");
+    }
+    if (buffers_ != "heap" && buffers_ != "shared") {
+      return usage("--buffers must be heap or shared, got '" + buffers_ + "'");
+    }
+    if (root_ < 0 || (world > 0 && root_ >= world)) {
+      return usage(world > 0 ? fmt::format("--root must be a rank from 0 to {}, got {}", world - 1, root_)
+                             : fmt::format("--root must be a rank (0 or more), got {}", root_));
+    }
+    if (!json_path_.empty()) CHOIR_RETURN_IF_ERROR(CheckJsonTarget(json_path_));
+    if (!baseline_path_.empty()) {
+      auto b = LoadBaseline(baseline_path_, std::max(world, 0), DataTypeName(dtype_value_), ReduceOpName(rop_value_));
+      if (!b.ok()) return b.status();
+      baseline_ = std::move(*b);
+    }
+    if (world <= 0) return Status::Ok();
+    for (const std::string& op : ops_) {
+      bool any = false;
+      for (uint64_t bytes : sizes_) any = any || CountFor(op, bytes, es, world) > 0;
+      if (!any) {
+        const uint64_t least = es * (WholeBuffer(op) ? static_cast<uint64_t>(world) : 1);
+        return usage(fmt::format("no size up to --max-bytes {} holds one {} element per rank for {} with {} ranks; "
+                                 "raise --max-bytes to at least {}",
+                                 max_bytes_, DataTypeName(dtype_value_), op, world, least));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // OutOfMemory when the buffers of the largest size, for `local` ranks on
+  // this host, exceed its available memory. After CheckFlags(world, ...).
+  Status CheckMemory(int world, int local) const {
+    const size_t es = DataTypeSize(dtype_value_);
+    uint64_t most = 0;  // bytes of send and receive buffers one rank needs at the largest size
+    for (const std::string& op : ops_) {
+      const size_t count = CountFor(op, sizes_.back(), es, world);
+      most = std::max<uint64_t>(most, (SendElems(op, count, world) + RecvElems(op, count, world)) * es);
+    }
+    // --check keeps reference copies as large as the buffers.
+    const uint64_t per_rank = check_ ? 2 * most : most;
+    const uint64_t host = per_rank * static_cast<uint64_t>(std::max(local, 1));
+    const uint64_t available = AvailableMemory();
+    if (available > 0 && host > available) {
+      return Status(Code::kOutOfMemory,
+                    fmt::format("the largest size, --max-bytes {}, needs {} per rank for its buffers{}, {} for the "
+                                "{} ranks on this host, but {} of memory is available: lower --max-bytes or "
+                                "start fewer ranks",
+                                max_bytes_, strings::FormatBytes(per_rank), check_ ? " and --check's copies" : "",
+                                strings::FormatBytes(host), std::max(local, 1), strings::FormatBytes(available)));
+    }
+    return Status::Ok();
   }
 
   Work Issue(Communicator& c, const std::string& op, DataType t, ReduceOp rop, size_t count,
@@ -373,7 +593,7 @@ class PerfCommand : public Subcommand {
     if (all_got == 0) return Status(Code::kShmError, "another rank could not allocate its --buffers " + buffers_ + " buffers");
     CallOptions call;
     call.algorithm = algo_;
-    for (int i = 0; i < warmup_; ++i) CHOIR_RETURN_IF_ERROR(Issue(c, op, t, rop, count, call).Wait());
+    for (int64_t i = 0; i < warmup_; ++i) CHOIR_RETURN_IF_ERROR(Issue(c, op, t, rop, count, call).Wait());
     // Rank 0 decides the iteration count so that every rank runs the same number.
     int64_t iters = iters_;
     if (iters == 0) {
@@ -381,7 +601,7 @@ class PerfCommand : public Subcommand {
       Work w = Issue(c, op, t, rop, count, call);
       CHOIR_RETURN_IF_ERROR(w.Wait());
       const double one = std::max(1e-7, static_cast<double>(NowNanos() - t0) * 1e-9);
-      iters = std::clamp<int64_t>(static_cast<int64_t>(time_per_size_ / one), 5, 100000);
+      iters = std::clamp<int64_t>(static_cast<int64_t>(time_per_size_ / one), 5, kMaxIters);
     }
     CHOIR_RETURN_IF_ERROR(c.Broadcast(&iters, &iters, 1, DataType::kInt64, 0).Wait());
     std::vector<double> mine(static_cast<size_t>(iters));
@@ -420,23 +640,15 @@ class PerfCommand : public Subcommand {
                "count", "mean(us)", "p50(us)", "p99(us)", "algbw", "busbw", "spread", "algorithm", "check");
   }
 
-  const json* FindBaseline(const json& baseline, const Sample& s) const {
-    if (baseline.is_null()) return nullptr;
-    for (const json& r : baseline["results"]) {
-      if (r.value("op", "") == s.op && r.value("bytes", uint64_t{0}) == s.bytes) return &r;
-    }
-    return nullptr;
-  }
-
-  void PrintRow(const Sample& s, const json& baseline) const {
+  void PrintRow(const Sample& s) const {
     const double busbw = Median(s.busbw);
     std::string line = fmt::format("  {:>12} {:>12} {:>11.2f} {:>11.2f} {:>11.2f} {:>9.3f} {:>9.3f} {:>7.1f}%  {:<20} {}",
                                    s.bytes, s.count, Median(s.mean_us), Median(s.p50_us), Median(s.p99_us),
                                    Median(s.algbw), busbw, Spread(s.busbw) * 100, s.algorithm,
                                    s.check.empty() ? "-" : "check=" + s.check);
-    if (const json* b = FindBaseline(baseline, s)) {
-      const double base = b->value("busbw_median", 0.0);
-      const double noise = std::max(b->value("busbw_spread", 0.0), Spread(s.busbw));
+    if (const BaselineRow* b = baseline_ ? baseline_->Find(s.op, s.bytes) : nullptr) {
+      const double base = b->busbw_median;
+      const double noise = std::max(b->busbw_spread, Spread(s.busbw));
       const double change = base > 0 ? busbw / base - 1 : 0;
       const char* verdict = std::fabs(change) <= noise ? "within noise" : (change > 0 ? "FASTER" : "SLOWER");
       line += fmt::format("  vs baseline {:.3f}: {:+.1f}% ({}; noise {:.1f}%)", base, change * 100, verdict, noise * 100);
@@ -445,7 +657,9 @@ class PerfCommand : public Subcommand {
     std::fflush(stdout);
   }
 
-  Status WriteJson(const Communicator& c, const std::vector<Sample>& samples, DataType t, ReduceOp rop) const {
+  Status WriteJson(const Communicator& c, const std::vector<Sample>& samples) const {
+    const DataType t = dtype_value_;
+    const ReduceOp rop = rop_value_;
     json results = json::array();
     for (const Sample& s : samples) {
       results.push_back({{"op", s.op}, {"bytes", s.bytes}, {"count", s.count}, {"dtype", DataTypeName(t)},
@@ -458,9 +672,25 @@ class PerfCommand : public Subcommand {
     const json doc = {{"tool", "choir perf"}, {"ranks", c.size()}, {"machine", MachineDescription(c)},
                       {"settings", SettingsInEffect()}, {"repeat", repeat_},
                       {"buffers", buffers_}, {"results", results}};
-    std::ofstream out(json_path_);
-    out << doc.dump(2) << "\n";
-    if (!out) return Status(Code::kSystemError, "cannot write --json file " + json_path_);
+    // Text that is not UTF-8 (a hostname, a setting) is replaced, not thrown on.
+    const std::string text = doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+    // Written beside the target and renamed over it: a failed write leaves an
+    // earlier file whole.
+    const std::string tmp = fmt::format("{}.tmp.{}", json_path_, getpid());
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (f == nullptr) return ErrnoError(Code::kSystemError, errno, "writing --json file " + tmp);
+    errno = 0;
+    int err = std::fwrite(text.data(), 1, text.size(), f) == text.size() ? 0 : (errno != 0 ? errno : EIO);
+    if (std::fclose(f) != 0 && err == 0) err = errno != 0 ? errno : EIO;
+    if (err != 0) {
+      std::remove(tmp.c_str());
+      return ErrnoError(Code::kSystemError, err, "writing --json file " + json_path_);
+    }
+    if (std::rename(tmp.c_str(), json_path_.c_str()) != 0) {
+      err = errno;
+      std::remove(tmp.c_str());
+      return ErrnoError(Code::kSystemError, err, "renaming " + tmp + " to --json file " + json_path_);
+    }
     return Status::Ok();
   }
 
@@ -471,12 +701,18 @@ class PerfCommand : public Subcommand {
   double step_factor_ = 2;
   int64_t iters_ = 0;
   double time_per_size_ = 0.2;
-  int warmup_ = 5;
+  int64_t warmup_ = 5;
   int repeat_ = 1;
   bool check_ = false;
   std::string algo_, transport_, json_path_, baseline_path_;
   int root_ = 0;
   std::string buffers_ = "heap";
+  // What CheckFlags made of the flags.
+  DataType dtype_value_ = DataType::kFloat32;
+  ReduceOp rop_value_ = ReduceOp::kSum;
+  std::vector<std::string> ops_;
+  std::vector<uint64_t> sizes_;
+  std::optional<Baseline> baseline_;
   BenchBuffer send_, recv_;
 };
 

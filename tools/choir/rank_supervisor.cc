@@ -17,6 +17,8 @@
 
 #include "base/clock.h"
 #include "base/logging.h"
+#include "base/strings.h"
+#include "transport/shm/segment.h"
 
 namespace choir::cli {
 namespace {
@@ -42,9 +44,7 @@ bool Failed(int wait_status) {
 
 // "rank 3" or "ranks 0,1,3".
 std::string RankList(const std::vector<int>& ranks) {
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i == 0 ? "" : ",") + std::to_string(ranks[i]);
-  return out;
+  return (ranks.size() == 1 ? "rank " : "ranks ") + strings::FormatRanks(ranks);
 }
 
 // Memory policies name nodes below this (set_mempolicy's mask size here).
@@ -392,6 +392,11 @@ void RankSupervisor::KillAndReapAll() {
   }
   // Children the ranks left behind in the job's group go too.
   if (pgid_ > 0 && ::kill(-pgid_, 0) == 0) ::kill(-pgid_, SIGKILL);
+  // So do the shared-memory segments of ranks killed before they unlinked
+  // them (a rank unlinks its own once its peers have mapped it).
+  std::vector<int> pids;
+  for (const Rank& r : ranks_) pids.push_back(static_cast<int>(r.pid));
+  transport::Segment::RemoveLeftBy(pids);
 }
 
 int RankSupervisor::Supervise() {

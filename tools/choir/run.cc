@@ -47,6 +47,8 @@
 #include "base/strings.h"
 #include "choir/settings.h"
 #include "choir/store.h"
+#include "params/params.h"
+#include "transport/shm/segment.h"
 #include "topology/machine.h"
 #include "rank_supervisor.h"
 #include "subcommand.h"
@@ -302,6 +304,16 @@ class RunCommand : public Subcommand {
       }
     }
     if (master_addr_.empty()) master_addr_ = "127.0.0.1";
+    // A host's ranks share memory through segments that grow with the square
+    // of their number: a count this host cannot hold is refused before any
+    // rank starts (else every rank fails on its own, or the out-of-memory
+    // killer picks one).
+    if (params::GetString(params::Id::kTransport) != "tcp") {
+      const Status room = transport::Segment::CheckRoom(
+          nproc_per_node_, params::GetBytes(params::Id::kShmRingBytes), params::GetBytes(params::Id::kShmSlotBytes),
+          params::GetBytes(params::Id::kShmPipeBytes));
+      if (!room.ok()) return ReportError(room.WithContext(fmt::format("choir run -n {}", nproc_per_node_)));
+    }
     return 0;
   }
 

@@ -1,11 +1,14 @@
 #include "transport/shm/segment.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -13,6 +16,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <fstream>
 #include <new>
 
 #include "base/fd.h"
@@ -66,6 +70,59 @@ Status Segment::CheckSizes(size_t ring_bytes, size_t area_slot_bytes, size_t are
                                              std::to_string(area_pipe_bytes));
   }
   return Status::Ok();
+}
+
+Status Segment::CheckRoom(int local_ranks, size_t ring_bytes, size_t area_slot_bytes, size_t area_pipe_bytes,
+                          const std::string& shm_dir, const std::string& meminfo) {
+  if (local_ranks < 2) return Status::Ok();  // a rank alone makes no segment
+  const uint64_t each = TotalBytes(local_ranks, ring_bytes, area_slot_bytes, area_pipe_bytes);
+  const uint64_t need = each * static_cast<uint64_t>(local_ranks);
+  struct statvfs fs {};
+  const uint64_t shm_bytes =
+      statvfs(shm_dir.c_str(), &fs) == 0 ? static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize : 0;
+  uint64_t memory = 0;
+  std::ifstream in(meminfo);
+  std::string key, unit;
+  uint64_t kib = 0;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemTotal:") memory = kib * 1024;
+  }
+  // Unknown sizes are not held against the job.
+  const bool too_big_for_shm = shm_bytes > 0 && need > shm_bytes;
+  const bool too_big_for_memory = memory > 0 && need > memory;
+  if (!too_big_for_shm && !too_big_for_memory) return Status::Ok();
+  return Status(Code::kOutOfMemory,
+                fmt::format("{} ranks on this host need {} of shared memory ({} segments of {}, each with a {} "
+                            "ring from every local rank), but {} holds {} and the host has {} of memory: "
+                            "start fewer ranks per host, lower CHOIR_SHM_RING_BYTES, or use CHOIR_TRANSPORT=tcp",
+                            local_ranks, strings::FormatBytes(need), local_ranks, strings::FormatBytes(each),
+                            strings::FormatBytes(ring_bytes), shm_dir, strings::FormatBytes(shm_bytes),
+                            strings::FormatBytes(memory)));
+}
+
+std::string Segment::NameFor(const std::string& job_key, int rank, int pid) {
+  return fmt::format("/choir-{:016x}-{}-{}", strings::HashString(job_key), rank, pid);
+}
+
+int Segment::RemoveLeftBy(const std::vector<int>& pids, const std::string& shm_dir) {
+  if (pids.empty()) return 0;
+  DIR* dir = opendir(shm_dir.c_str());
+  if (dir == nullptr) return 0;
+  std::vector<std::string> doomed;
+  while (const dirent* e = readdir(dir)) {
+    const std::string_view name = e->d_name;
+    if (!strings::StartsWith(name, "choir-")) continue;
+    const size_t dash = name.rfind('-');
+    const auto pid = strings::ParseInt(name.substr(dash + 1));
+    if (pid && std::find(pids.begin(), pids.end(), *pid) != pids.end()) doomed.emplace_back(name);
+  }
+  closedir(dir);
+  int removed = 0;
+  for (const std::string& name : doomed) {
+    if (unlink((shm_dir + "/" + name).c_str()) == 0) ++removed;
+  }
+  if (removed > 0) CHOIR_LOG(Info, SHM, "removed {} shared-memory segments left by stopped ranks", removed);
+  return removed;
 }
 
 Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int rank, int num_slots,

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "choir/status.h"
 #include "transport/shm/local_area.h"
@@ -85,6 +86,22 @@ class Segment {
   // every rank whether or not it has local peers.
   static Status CheckSizes(size_t ring_bytes, size_t area_slot_bytes, size_t area_pipe_bytes);
   static size_t TotalBytes(int num_slots, size_t ring_bytes, size_t area_slot_bytes, size_t area_pipe_bytes);
+  // OutOfMemory when the segments of `local_ranks` ranks of one host (each
+  // holds a ring from every local rank, so they grow with its square) cannot
+  // fit: more than /dev/shm holds, or than the host's memory. Checked before
+  // anything is reserved, so that too many ranks on one host get a message
+  // instead of a full /dev/shm and the out-of-memory killer. `shm_dir` and
+  // `meminfo` are for tests.
+  static Status CheckRoom(int local_ranks, size_t ring_bytes, size_t area_slot_bytes, size_t area_pipe_bytes,
+                          const std::string& shm_dir = "/dev/shm", const std::string& meminfo = "/proc/meminfo");
+
+  // "/choir-<hash of job_key>-<rank>-<pid>": the segment of rank `rank`,
+  // created by process `pid`, in the job and communicator `job_key` names.
+  static std::string NameFor(const std::string& job_key, int rank, int pid);
+  // Removes the segments that processes `pids` created and left behind (they
+  // were killed before they could unlink them); returns how many. The
+  // launcher calls it once its ranks are gone. `shm_dir` is for tests.
+  static int RemoveLeftBy(const std::vector<int>& pids, const std::string& shm_dir = "/dev/shm");
 
  private:
   Segment(std::string name, void* base, size_t bytes, bool owner)

@@ -1,6 +1,7 @@
 // The doorbell protocol (segment.h): a sleeper that announces itself is never
 // left sleeping after a notifier published, whether notifiers fence or rely
-// on the sleeper's membarrier.
+// on the sleeper's membarrier. And the host-wide room check and the removal
+// of segments that killed ranks left behind.
 #include "transport/shm/segment.h"
 
 #include <gtest/gtest.h>
@@ -11,10 +12,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <new>
 #include <thread>
 
 #include "base/clock.h"
+#include "base/strings.h"
+#include "testing/temp_dir.h"
 
 namespace choir::transport {
 namespace {
@@ -98,6 +103,51 @@ TEST(DoorbellTest, NoWakeUpIsLostBetweenProcesses) {
   EXPECT_EQ(s->missed.load(), 0u);
   EXPECT_EQ(s->ack.load(), kRounds);
   munmap(s, sizeof(Shared));
+}
+
+// The segments of a host's ranks grow with the square of their number: the
+// check refuses what the host cannot hold, naming what was needed, and lets
+// through what it can (or what it cannot measure).
+TEST(SegmentRoomTest, RefusesMoreRanksThanTheHostCanHold) {
+  const choir::testing::TempDir dir("choir-room");
+  const std::string meminfo = dir.path() + "/meminfo";
+  std::ofstream(meminfo) << "MemTotal:       24576000 kB\nMemAvailable:   20000000 kB\n";
+  constexpr size_t kRing = 2 << 20, kSlot = 64 << 10, kPipe = 4 << 20;
+  // One rank makes no segment; 8 ranks need 8 x (8 rings + areas), well under 24 GB.
+  EXPECT_TRUE(Segment::CheckRoom(1, kRing, kSlot, kPipe, dir.path(), meminfo).ok());
+  EXPECT_TRUE(Segment::CheckRoom(8, kRing, kSlot, kPipe, dir.path() + "/none", meminfo).ok());
+  // 1000 ranks: 1000 segments of 1000 rings of 2 MiB, about 1.9 TiB.
+  const Status s = Segment::CheckRoom(1000, kRing, kSlot, kPipe, dir.path() + "/none", meminfo);
+  ASSERT_EQ(s.code(), Code::kOutOfMemory) << s.ToString();
+  const uint64_t each = Segment::TotalBytes(1000, kRing, kSlot, kPipe);
+  EXPECT_NE(s.message().find("1000 ranks on this host need " + strings::FormatBytes(each * 1000)), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("CHOIR_SHM_RING_BYTES"), std::string::npos) << s.message();
+  // Where the sizes cannot be read, nothing is refused.
+  EXPECT_TRUE(Segment::CheckRoom(1000, kRing, kSlot, kPipe, dir.path() + "/none", dir.path() + "/none").ok());
+}
+
+// The launcher removes the segments of ranks killed before they unlinked
+// them: only those of the given processes, never another job's.
+TEST(SegmentRoomTest, RemovesOnlyTheSegmentsOfTheGivenProcesses) {
+  const choir::testing::TempDir dir("choir-left");
+  auto make = [&](const std::string& name) { std::ofstream(dir.path() + "/" + name) << "x"; };
+  const std::string mine1 = Segment::NameFor("job/comm", 0, 4242).substr(1);
+  const std::string mine2 = Segment::NameFor("job/comm", 1, 4243).substr(1);
+  const std::string other = Segment::NameFor("job/comm", 2, 42430).substr(1);
+  make(mine1);
+  make(mine2);
+  make(other);
+  make("unrelated-4242");
+  EXPECT_EQ(Segment::RemoveLeftBy({4242, 4243}, dir.path()), 2);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/" + mine1));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/" + mine2));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/" + other));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/unrelated-4242"));
+  EXPECT_EQ(Segment::RemoveLeftBy({}, dir.path()), 0);
+  EXPECT_EQ(Segment::RemoveLeftBy({4242}, dir.path() + "/none"), 0);
+  EXPECT_EQ(strings::FormatRanks({0, 2, 5, 6, 7, 8, 9, 11, 12}), "0,2,5-9,11,12");
+  EXPECT_EQ(strings::FormatRanks({}), "");
 }
 
 }  // namespace

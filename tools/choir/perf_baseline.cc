@@ -1,0 +1,100 @@
+#include "perf_baseline.h"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace choir::cli {
+namespace {
+
+using json = nlohmann::json;
+
+Status Refuse(const std::string& path, const std::string& why) {
+  return Status(Code::kUsageError, fmt::format("--baseline {}: {}; give a file written by `choir perf --json` "
+                                               "from a run of the same shape",
+                                               path, why));
+}
+
+// Checks one row and returns it; `i` numbers it in messages.
+Result<BaselineRow> ReadRow(const std::string& path, const json& r, size_t i) {
+  const std::string where = fmt::format("results[{}]", i);
+  if (!r.is_object()) return Refuse(path, where + " is not an object");
+  BaselineRow row;
+  if (!r.contains("op") || !r["op"].is_string()) return Refuse(path, where + ".op is missing or not a string");
+  row.op = r["op"].get<std::string>();
+  if (!r.contains("bytes") || !r["bytes"].is_number_unsigned()) {
+    return Refuse(path, where + ".bytes is missing or not a whole number of bytes");
+  }
+  row.bytes = r["bytes"].get<uint64_t>();
+  if (!r.contains("busbw_median") || !r["busbw_median"].is_number() || r["busbw_median"].get<double>() < 0) {
+    return Refuse(path, where + ".busbw_median is missing or not a number >= 0");
+  }
+  row.busbw_median = r["busbw_median"].get<double>();
+  if (r.contains("busbw_spread")) {
+    if (!r["busbw_spread"].is_number() || r["busbw_spread"].get<double>() < 0) {
+      return Refuse(path, where + ".busbw_spread is not a number >= 0");
+    }
+    row.busbw_spread = r["busbw_spread"].get<double>();
+  }
+  return row;
+}
+
+// "float32" when `field` of row `r` is a string, else "".
+std::string StringField(const json& r, const char* field) {
+  return r.contains(field) && r[field].is_string() ? r[field].get<std::string>() : "";
+}
+
+}  // namespace
+
+const BaselineRow* Baseline::Find(const std::string& op, uint64_t bytes) const {
+  for (const BaselineRow& r : rows) {
+    if (r.op == op && r.bytes == bytes) return &r;
+  }
+  return nullptr;
+}
+
+Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::string& dtype,
+                              const std::string& reduce_op) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    return Status(Code::kUsageError, fmt::format("--baseline {}: {}", path, std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) return Refuse(path, "not a regular file");
+  std::ifstream in(path);
+  if (!in) return Status(Code::kUsageError, fmt::format("--baseline {}: cannot be read", path));
+  const json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return Refuse(path, "not JSON (or cut short)");
+  if (!doc.is_object() || !doc.contains("results") || !doc["results"].is_array()) {
+    return Refuse(path, "no \"results\" list");
+  }
+  Baseline b;
+  b.path = path;
+  if (!doc.contains("ranks") || !doc["ranks"].is_number_integer() || doc["ranks"].get<int64_t>() < 1) {
+    return Refuse(path, "\"ranks\" is missing or not a positive whole number");
+  }
+  b.ranks = static_cast<int>(doc["ranks"].get<int64_t>());
+  b.buffers = doc.contains("buffers") && doc["buffers"].is_string() ? doc["buffers"].get<std::string>() : "heap";
+  if (ranks > 0 && b.ranks != ranks) {
+    return Refuse(path, fmt::format("measured with {} ranks, this run has {}", b.ranks, ranks));
+  }
+  const json& results = doc["results"];
+  for (size_t i = 0; i < results.size(); ++i) {
+    CHOIR_ASSIGN_OR_RETURN(BaselineRow row, ReadRow(path, results[i], i));
+    const json& r = results[i];
+    const std::string row_dtype = StringField(r, "dtype"), row_rop = StringField(r, "reduce_op");
+    if (!row_dtype.empty() && row_dtype != dtype) {
+      return Refuse(path, fmt::format("measured {}, this run measures {} (--dtype)", row_dtype, dtype));
+    }
+    if (!row_rop.empty() && row_rop != reduce_op) {
+      return Refuse(path, fmt::format("measured reduce-op {}, this run {} (--reduce-op)", row_rop, reduce_op));
+    }
+    b.rows.push_back(std::move(row));
+  }
+  return b;
+}
+
+}  // namespace choir::cli

@@ -1,0 +1,47 @@
+// `choir perf --baseline FILE`: an earlier `--json` run, checked before
+// anything runs, and the rows a new run is compared with.
+//
+// A baseline is refused, with a numbered usage error that names the file and
+// what is wrong, when it is not a `choir perf --json` document, when a row
+// lacks a field the comparison reads, or when it was measured with another
+// number of ranks, element type or reduction: such a comparison would report
+// differences that are not changes of speed.
+//
+// Thread-safety: none needed (the CLI's main thread).
+#ifndef CHOIR_TOOLS_CHOIR_PERF_BASELINE_H_
+#define CHOIR_TOOLS_CHOIR_PERF_BASELINE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "choir/status.h"
+
+namespace choir::cli {
+
+struct BaselineRow {
+  std::string op;
+  uint64_t bytes = 0;
+  double busbw_median = 0;  // GB/s
+  double busbw_spread = 0;  // (max - min) / median of the run's repeats; 0 for one repeat
+};
+
+struct Baseline {
+  std::string path;
+  int ranks = 0;
+  std::string buffers;  // "heap" or "shared"
+  std::vector<BaselineRow> rows;
+
+  // The row measured for `op` at `bytes`, or nullptr.
+  const BaselineRow* Find(const std::string& op, uint64_t bytes) const;
+};
+
+// Reads and checks `path`. The run it will be compared with has `ranks`
+// ranks (0: not known yet) and measures `dtype` with `reduce_op` (names as
+// in the --json file).
+Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::string& dtype,
+                              const std::string& reduce_op);
+
+}  // namespace choir::cli
+
+#endif  // CHOIR_TOOLS_CHOIR_PERF_BASELINE_H_
