@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -859,35 +860,73 @@ TEST(PerfTest, JsonHidesSecretsAndAFailedRunKeepsTheEarlierFile) {
       << "a temporary file was left beside the --json file";
 }
 
-// A host cannot hold the segments of too many ranks (they grow with the
-// square of the count): `choir run` refuses before it starts any, unless the
-// ranks talk over TCP only.
-TEST(RunTest, RefusesMoreRanksThanSharedMemoryHolds) {
-  Outcome r = RunChoir({"run", "-n", "4", "--", "/bin/echo", "started"}, {"CHOIR_SHM_RING_BYTES=64G"}, 30);
-  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
-  EXPECT_NE(r.err.find("E503 OutOfMemory: choir run -n 4: 4 ranks on this host need"), std::string::npos) << r.err;
-  EXPECT_EQ(r.out.find("started"), std::string::npos) << r.out;
-  r = RunChoir({"run", "-n", "4", "--", "/bin/echo", "started"}, {"CHOIR_SHM_RING_BYTES=64G", "CHOIR_TRANSPORT=tcp"},
-               30);
+// A --json path that is a symbolic link replaces the file it points to, with
+// its permissions, and keeps the link; /dev/null is written to, not replaced.
+TEST(PerfTest, JsonFollowsLinksAndWritesDevicesInPlace) {
+  const testing::TempDir dir("choir-perf-link");
+  const std::string target = dir.path() + "/target.json", link = dir.path() + "/link.json";
+  std::ofstream(target) << "old";
+  ASSERT_EQ(chmod(target.c_str(), 0640), 0);
+  std::filesystem::create_symlink(target, link);
+  Outcome r = RunChoir({"perf", "-n", "2", "--max-bytes", "64", "--min-bytes", "64", "--iters", "5", "--json", link},
+                       {}, 60);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_EQ(Occurrences(r.out, "started"), 4u) << r.out;
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  std::ifstream in(target);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"results\""), std::string::npos) << text.substr(0, 200);
+  EXPECT_EQ(std::filesystem::status(target).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                std::filesystem::perms::group_read);
+  r = RunChoir({"perf", "-n", "2", "--max-bytes", "64", "--min-bytes", "64", "--iters", "5", "--json", "/dev/null"},
+               {}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+}
+
+// A host cannot hold the segments of too many ranks (they grow with the
+// square of the count). `choir perf`, whose ranks make them, refuses before
+// it starts any, unless its ranks talk over TCP only; `choir run`, which
+// cannot know what its program does, warns and starts them.
+TEST(RunTest, TooManyRanksForSharedMemoryAreRefusedByPerfAndWarnedOfByRun) {
+  Outcome r = RunChoir({"perf", "-n", "6", "--max-bytes", "64", "--iters", "5"}, {"CHOIR_SHM_RING_BYTES=1G"}, 30);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("E503 OutOfMemory: choir perf -n 6: 6 ranks on this host need 36.0 GiB"), std::string::npos)
+      << r.err;
+  EXPECT_EQ((r.out + r.err).find("[0]"), std::string::npos) << r.out << r.err;
+  r = RunChoir({"perf", "-n", "6", "--max-bytes", "64", "--iters", "5", "--transport", "tcp"},
+               {"CHOIR_SHM_RING_BYTES=1G"}, 120);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("recursive_doubling"), std::string::npos) << r.out;
+  r = RunChoir({"run", "-n", "6", "--", "/bin/echo", "started"}, {"CHOIR_SHM_RING_BYTES=1G"}, 30);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("choir run: warning: E503 OutOfMemory: 6 ranks on this host need"), std::string::npos) << r.err;
+  EXPECT_EQ(Occurrences(r.out, "started"), 6u) << r.out;
 }
 
 // Ranks killed before they unlinked their shared-memory segments leave them
-// in /dev/shm; the launcher removes them once the ranks are gone.
+// in /dev/shm; the launcher removes them, and only them: a file named for a
+// killed rank that is not its segment stays, as do the files of ranks that
+// exited by themselves.
 TEST(RunTest, RemovesSegmentsThatKilledRanksLeft) {
   const std::string tag = fmt::format("{:016x}", static_cast<uint64_t>(getpid()) * 2654435761u);
-  const std::string script = "touch /dev/shm/choir-" + tag + "-$RANK-$$; kill -9 $$";
-  const Outcome r = RunChoir({"run", "-n", "2", "--", "/bin/sh", "-c", script}, {}, 30);
+  const std::string script = "touch /dev/shm/choir-" + tag + "-$RANK-$$; echo decoy > /dev/shm/choir-" + tag +
+                             "-9$RANK-$$; [ $RANK = 1 ] && exit 3; kill -9 $$";
+  const Outcome r = RunChoir({"run", "-n", "3", "--grace", "1", "--", "/bin/sh", "-c", script}, {}, 30);
   EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r.out << r.err;
-  size_t left = 0;
+  std::set<std::string> left;
   for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
-    if (e.path().filename().string().find("choir-" + tag) == 0) {
-      ++left;
+    const std::string name = e.path().filename().string();
+    const std::string prefix = "choir-" + tag + "-";
+    if (name.find(prefix) == 0) {
+      const std::string field = name.substr(prefix.size());
+      left.insert(field.substr(0, field.find('-')));  // RANK, or 9RANK for a decoy
       std::filesystem::remove(e.path());
     }
   }
-  EXPECT_EQ(left, 0u);
+  // Ranks 0 and 2 were killed: their empty segments went, their decoys stayed;
+  // rank 1 exited by itself and keeps both.
+  EXPECT_EQ(left, (std::set<std::string>{"1", "90", "91", "92"})) << ::testing::PrintToString(left);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 // Thread-safety: runs on the main thread only.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -57,7 +58,9 @@
 #include "base/strings.h"
 #include "choir/choir.h"
 #include "choir/selftest.h"
+#include "params/params.h"
 #include "perf_baseline.h"
+#include "transport/shm/segment.h"
 #include "subcommand.h"
 
 namespace choir::cli {
@@ -250,21 +253,44 @@ int EnvInt(const char* name) {
   return v == nullptr ? 0 : static_cast<int>(strings::ParseInt(v).value_or(0));
 }
 
-// Whether `path` can take the --json file, checked before anything runs.
+// Where the --json file goes: `path` with symbolic links resolved, so that
+// replacing the file keeps the link.
+std::string JsonTarget(const std::string& path) {
+  char* real = realpath(path.c_str(), nullptr);
+  if (real == nullptr) return path;
+  std::string out = real;
+  std::free(real);
+  return out;
+}
+
+// The file written first and renamed over a regular --json target.
+std::string JsonTempFile(const std::string& target) { return fmt::format("{}.tmp.{}", target, getpid()); }
+
+// Whether `path` can take the --json file, checked before anything runs: a
+// regular file (or none yet) is replaced through a file beside it, which is
+// made and removed here once; anything else (/dev/null, a pipe) is written to
+// directly.
 Status CheckJsonTarget(const std::string& path) {
   auto refuse = [&](const std::string& why) {
     return Status(Code::kUsageError, "--json " + path + ": " + why + "; give a file in a directory you can write");
   };
+  const std::string target = JsonTarget(path);
   struct stat st {};
-  if (stat(path.c_str(), &st) == 0) {
+  if (stat(target.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return refuse("is a directory");
-    if (access(path.c_str(), W_OK) != 0) return refuse(std::strerror(errno));
-    return Status::Ok();
+    if (!S_ISREG(st.st_mode)) {
+      return access(target.c_str(), W_OK) == 0 ? Status::Ok() : refuse(std::strerror(errno));
+    }
+  } else {
+    const size_t slash = target.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : target.substr(0, slash));
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return refuse("directory " + dir + " does not exist");
   }
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return refuse("directory " + dir + " does not exist");
-  if (access(dir.c_str(), W_OK) != 0) return refuse("cannot create files in " + dir + ": " + std::strerror(errno));
+  const std::string probe = JsonTempFile(target);
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return refuse("cannot create " + probe + ": " + std::strerror(errno));
+  close(fd);
+  unlink(probe.c_str());
   return Status::Ok();
 }
 
@@ -308,6 +334,15 @@ class PerfCommand : public Subcommand {
     }
     if (launch_own) {
       if (Status memory = CheckMemory(world, local); !memory.ok()) return ReportError(memory);
+      if (Status files = CheckFiles(); !files.ok()) return ReportUsageError(*app_, files.message());
+      // The ranks' shared-memory segments grow with the square of -n.
+      const std::string transport = transport_.empty() ? params::GetString(params::Id::kTransport) : transport_;
+      if (transport != "tcp") {
+        const Status room = transport::Segment::CheckRoom(nproc_, params::GetBytes(params::Id::kShmRingBytes),
+                                                          params::GetBytes(params::Id::kShmSlotBytes),
+                                                          params::GetBytes(params::Id::kShmPipeBytes));
+        if (!room.ok()) return ReportError(room.WithContext(fmt::format("choir perf -n {}", nproc_)));
+      }
       return Relaunch();
     }
     CommOptions co;
@@ -325,15 +360,19 @@ class PerfCommand : public Subcommand {
         return flags.code() == Code::kUsageError ? ReportUsageError(*app_, flags.message()) : ReportError(flags);
       }
     }
-    // The ranks agree on the memory check before any allocates (a rank
-    // checking after another allocated would see less and stop alone).
-    const Status memory = CheckMemory(c.size(), local);
-    int64_t memory_ok = memory.ok() ? 1 : 0;
-    if (Status s = c.Allreduce(&memory_ok, &memory_ok, 1, DataType::kInt64, ReduceOp::kMin).Wait(); !s.ok()) {
+    // Checks that differ between ranks (rank 0's files; memory, which a rank
+    // checking after another allocated would see smaller) end in a vote
+    // before anyone allocates, so that no rank stops alone.
+    Status mine = CheckMemory(c.size(), local);
+    if (mine.ok() && c.rank() == 0) mine = CheckFiles();
+    int64_t first_failed = mine.ok() ? c.size() : c.rank();
+    if (Status s = c.Allreduce(&first_failed, &first_failed, 1, DataType::kInt64, ReduceOp::kMin).Wait(); !s.ok()) {
       return ReportError(s);
     }
-    if (!memory.ok()) return ReportError(memory);
-    if (memory_ok == 0) return ReportError(Status(Code::kOutOfMemory, "another rank found too little memory on its host"));
+    if (!mine.ok()) return mine.code() == Code::kUsageError ? ReportUsageError(*app_, mine.message()) : ReportError(mine);
+    if (first_failed < c.size()) {
+      return ReportError(Status(Code::kRemoteError, fmt::format("rank {} refused to run (its message says why)", first_failed)));
+    }
     const size_t es = DataTypeSize(dtype_value_);
     if (c.rank() == 0) {
       fmt::print("# choir perf: {} ranks, {} {}, {} sizes from {} to {}, {} buffers, {} switch points, {}\n", c.size(),
@@ -401,10 +440,7 @@ class PerfCommand : public Subcommand {
   int Relaunch() {
     // Start our own ranks: choir run -n N <this binary> perf <same flags minus -n>.
     std::vector<std::string> args = {"/proc/self/exe", "run", "-n", std::to_string(nproc_), "--", "/proc/self/exe", "perf"};
-    for (const auto& [flag, value] : FlagsForChild()) {
-      args.push_back(flag);
-      if (!value.empty()) args.push_back(value);
-    }
+    for (const std::string& arg : FlagsForChild()) args.push_back(arg);
     std::vector<char*> argv;
     std::string self;
     char buf[4096] = {0};
@@ -419,18 +455,22 @@ class PerfCommand : public Subcommand {
     return ReportError(ErrnoError(Code::kLaunchFailed, errno, "re-executing choir to start ranks"));
   }
 
-  // The flags the user gave, as given (an empty value stays an argument),
-  // but -n: the ranks must parse exactly what this process checked.
-  std::vector<std::pair<std::string, std::string>> FlagsForChild() const {
-    std::vector<std::pair<std::string, std::string>> f;
+  // The flags the user gave, as given, but -n: the ranks must parse exactly
+  // what this process checked. An empty value stays an argument; a flag
+  // goes as --flag=VALUE (--check=false stays false).
+  std::vector<std::string> FlagsForChild() const {
+    std::vector<std::string> f;
     for (const CLI::Option* opt : app_->get_options()) {
       const std::string name = opt->get_name();
       if (opt->count() == 0 || name == "--nproc" || name == "--help") continue;
-      if (opt->get_expected_max() == 0) {
-        f.push_back({name, ""});  // a flag without a value (--check)
-        continue;
+      for (const std::string& value : opt->results()) {
+        if (opt->get_expected_max() == 0) {
+          f.push_back(name + "=" + value);
+        } else {
+          f.push_back(name);
+          f.push_back(value);
+        }
       }
-      for (const std::string& value : opt->results()) f.push_back({name, value});
     }
     return f;
   }
@@ -520,13 +560,11 @@ class PerfCommand : public Subcommand {
       return usage(world > 0 ? fmt::format("--root must be a rank from 0 to {}, got {}", world - 1, root_)
                              : fmt::format("--root must be a rank (0 or more), got {}", root_));
     }
-    if (!json_path_.empty()) CHOIR_RETURN_IF_ERROR(CheckJsonTarget(json_path_));
-    if (!baseline_path_.empty()) {
-      auto b = LoadBaseline(baseline_path_, std::max(world, 0), DataTypeName(dtype_value_), ReduceOpName(rop_value_));
-      if (!b.ok()) return b.status();
-      baseline_ = std::move(*b);
+    if (transport_ != "" && transport_ != "auto" && transport_ != "tcp" && transport_ != "shm") {
+      return usage("--transport must be auto, tcp or shm, got '" + transport_ + "'");
     }
     if (world <= 0) return Status::Ok();
+    world_ = world;
     for (const std::string& op : ops_) {
       bool any = false;
       for (uint64_t bytes : sizes_) any = any || CountFor(op, bytes, es, world) > 0;
@@ -536,6 +574,19 @@ class PerfCommand : public Subcommand {
                                  "raise --max-bytes to at least {}",
                                  max_bytes_, DataTypeName(dtype_value_), op, world, least));
       }
+    }
+    return Status::Ok();
+  }
+
+  // The --json target and the --baseline file, which only rank 0 uses (and
+  // the process that starts the ranks, on rank 0's host): UsageError naming
+  // the file. After CheckFlags with the world known.
+  Status CheckFiles() {
+    if (!json_path_.empty()) CHOIR_RETURN_IF_ERROR(CheckJsonTarget(json_path_));
+    if (!baseline_path_.empty()) {
+      auto b = LoadBaseline(baseline_path_, world_, DataTypeName(dtype_value_), ReduceOpName(rop_value_));
+      if (!b.ok()) return b.status();
+      baseline_ = std::move(*b);
     }
     return Status::Ok();
   }
@@ -674,19 +725,25 @@ class PerfCommand : public Subcommand {
                       {"buffers", buffers_}, {"results", results}};
     // Text that is not UTF-8 (a hostname, a setting) is replaced, not thrown on.
     const std::string text = doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
-    // Written beside the target and renamed over it: a failed write leaves an
-    // earlier file whole.
-    const std::string tmp = fmt::format("{}.tmp.{}", json_path_, getpid());
+    const std::string target = JsonTarget(json_path_);
+    struct stat st {};
+    const bool special = stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+    // A regular file is written beside the target and renamed over it, so a
+    // failed write leaves an earlier file whole; /dev/null or a pipe is
+    // written to as it is.
+    const std::string tmp = special ? target : JsonTempFile(target);
     std::FILE* f = std::fopen(tmp.c_str(), "w");
     if (f == nullptr) return ErrnoError(Code::kSystemError, errno, "writing --json file " + tmp);
     errno = 0;
     int err = std::fwrite(text.data(), 1, text.size(), f) == text.size() ? 0 : (errno != 0 ? errno : EIO);
     if (std::fclose(f) != 0 && err == 0) err = errno != 0 ? errno : EIO;
     if (err != 0) {
-      std::remove(tmp.c_str());
+      if (!special) std::remove(tmp.c_str());
       return ErrnoError(Code::kSystemError, err, "writing --json file " + json_path_);
     }
-    if (std::rename(tmp.c_str(), json_path_.c_str()) != 0) {
+    // The replacement keeps an earlier file's permissions.
+    if (!special && stat(target.c_str(), &st) == 0) chmod(tmp.c_str(), st.st_mode & 07777);
+    if (!special && std::rename(tmp.c_str(), target.c_str()) != 0) {
       err = errno;
       std::remove(tmp.c_str());
       return ErrnoError(Code::kSystemError, err, "renaming " + tmp + " to --json file " + json_path_);
@@ -713,6 +770,7 @@ class PerfCommand : public Subcommand {
   std::vector<std::string> ops_;
   std::vector<uint64_t> sizes_;
   std::optional<Baseline> baseline_;
+  int world_ = 0;  // ranks of the run, once known
   BenchBuffer send_, recv_;
 };
 

@@ -61,7 +61,7 @@ Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::str
                               const std::string& reduce_op) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) {
-    return Status(Code::kUsageError, fmt::format("--baseline {}: {}", path, std::strerror(errno)));
+    return Refuse(path, std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) return Refuse(path, "not a regular file");
   std::ifstream in(path);
@@ -73,8 +73,10 @@ Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::str
   }
   Baseline b;
   b.path = path;
-  if (!doc.contains("ranks") || !doc["ranks"].is_number_integer() || doc["ranks"].get<int64_t>() < 1) {
-    return Refuse(path, "\"ranks\" is missing or not a positive whole number");
+  constexpr int64_t kMostRanks = int64_t{1} << 24;
+  if (!doc.contains("ranks") || !doc["ranks"].is_number_integer() || doc["ranks"].get<int64_t>() < 1 ||
+      doc["ranks"].get<int64_t>() > kMostRanks) {
+    return Refuse(path, fmt::format("\"ranks\" is missing or not a whole number from 1 to {}", kMostRanks));
   }
   b.ranks = static_cast<int>(doc["ranks"].get<int64_t>());
   b.buffers = doc.contains("buffers") && doc["buffers"].is_string() ? doc["buffers"].get<std::string>() : "heap";

@@ -300,6 +300,26 @@ void RankSupervisor::Pump(Rank& rank, bool is_err) {
   fd.Reset();
 }
 
+namespace {
+
+// A rank killed by a signal could not unlink its shared-memory segment (it
+// does so once its peers have mapped it): remove it while the rank is an
+// unreaped zombie, so that its process id cannot belong to anyone else yet.
+// `block`: wait until it has exited.
+void RemoveSegmentsIfKilled(pid_t pid, bool block) {
+  siginfo_t info{};
+  int rc = 0;
+  while ((rc = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT | (block ? 0 : WNOHANG))) < 0 &&
+         errno == EINTR) {
+  }
+  if (rc != 0 || info.si_pid != pid) return;  // still running
+  if (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) {
+    transport::Segment::RemoveLeftBy({static_cast<int>(pid)});
+  }
+}
+
+}  // namespace
+
 void RankSupervisor::ReapExited() {
   // Failures are told apart by how the ranks ended: one killed by a signal
   // (before the launcher stopped anyone) is the cause, and the ones that
@@ -308,6 +328,7 @@ void RankSupervisor::ReapExited() {
   // become reapable, while its peers notice at once).
   for (Rank& r : ranks_) {
     if (!r.running) continue;
+    RemoveSegmentsIfKilled(r.pid, /*block=*/false);
     int status = 0;
     const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
     if (got == 0) continue;
@@ -383,6 +404,7 @@ void RankSupervisor::KillAndReapAll() {
   if (NumRunning() > 0) SignalRunning(SIGKILL);
   for (Rank& r : ranks_) {
     if (!r.running) continue;
+    RemoveSegmentsIfKilled(r.pid, /*block=*/true);
     int status = 0;
     while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
     }
@@ -392,11 +414,6 @@ void RankSupervisor::KillAndReapAll() {
   }
   // Children the ranks left behind in the job's group go too.
   if (pgid_ > 0 && ::kill(-pgid_, 0) == 0) ::kill(-pgid_, SIGKILL);
-  // So do the shared-memory segments of ranks killed before they unlinked
-  // them (a rank unlinks its own once its peers have mapped it).
-  std::vector<int> pids;
-  for (const Rank& r : ranks_) pids.push_back(static_cast<int>(r.pid));
-  transport::Segment::RemoveLeftBy(pids);
 }
 
 int RankSupervisor::Supervise() {

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <climits>
 #include <cstring>
 #include <fstream>
@@ -57,9 +58,9 @@ RingCtl* Segment::ring_ctl(int slot) const {
 }
 
 Status Segment::CheckSizes(size_t ring_bytes, size_t area_slot_bytes, size_t area_pipe_bytes) {
-  if (ring_bytes < 4096 || ring_bytes % 64 != 0) {
-    return Status(Code::kInvalidSetting, "CHOIR_SHM_RING_BYTES must be a multiple of 64 and at least 4096, got " +
-                                             std::to_string(ring_bytes));
+  if (ring_bytes < 4096 || ring_bytes % 64 != 0 || ring_bytes > (1u << 30)) {
+    return Status(Code::kInvalidSetting,
+                  "CHOIR_SHM_RING_BYTES must be a multiple of 64 from 4096 to 1G, got " + std::to_string(ring_bytes));
   }
   if (area_slot_bytes < 64 || area_slot_bytes > (64u << 20)) {
     return Status(Code::kInvalidSetting, "CHOIR_SHM_SLOT_BYTES must be between 64 and 64M, got " +
@@ -75,8 +76,12 @@ Status Segment::CheckSizes(size_t ring_bytes, size_t area_slot_bytes, size_t are
 Status Segment::CheckRoom(int local_ranks, size_t ring_bytes, size_t area_slot_bytes, size_t area_pipe_bytes,
                           const std::string& shm_dir, const std::string& meminfo) {
   if (local_ranks < 2) return Status::Ok();  // a rank alone makes no segment
+  CHOIR_RETURN_IF_ERROR(CheckSizes(ring_bytes, area_slot_bytes, area_pipe_bytes));
+  // Within 64 bits after CheckSizes for any int count of ranks (2^31 x 2^31 x 2^30
+  // is not, so the product is checked).
   const uint64_t each = TotalBytes(local_ranks, ring_bytes, area_slot_bytes, area_pipe_bytes);
-  const uint64_t need = each * static_cast<uint64_t>(local_ranks);
+  uint64_t need = 0;
+  if (__builtin_mul_overflow(each, static_cast<uint64_t>(local_ranks), &need)) need = UINT64_MAX;
   struct statvfs fs {};
   const uint64_t shm_bytes =
       statvfs(shm_dir.c_str(), &fs) == 0 ? static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize : 0;
@@ -104,6 +109,25 @@ std::string Segment::NameFor(const std::string& job_key, int rank, int pid) {
   return fmt::format("/choir-{:016x}-{}-{}", strings::HashString(job_key), rank, pid);
 }
 
+namespace {
+
+// Whether the file `path` is a segment that process `pid` made: its header
+// says so, or it is empty (killed between creating the name and reserving
+// the pages).
+bool MadeBy(const std::string& path, int pid) {
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  struct stat st {};
+  if (!fd.valid() || fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if (st.st_size == 0) return true;
+  uint64_t magic = 0;
+  int32_t owner = 0;
+  return pread(fd.get(), &magic, sizeof(magic), offsetof(SegmentHeader, magic)) == sizeof(magic) &&
+         pread(fd.get(), &owner, sizeof(owner), offsetof(SegmentHeader, pid)) == sizeof(owner) &&
+         magic == kSegmentMagic && owner == pid;
+}
+
+}  // namespace
+
 int Segment::RemoveLeftBy(const std::vector<int>& pids, const std::string& shm_dir) {
   if (pids.empty()) return 0;
   DIR* dir = opendir(shm_dir.c_str());
@@ -114,7 +138,10 @@ int Segment::RemoveLeftBy(const std::vector<int>& pids, const std::string& shm_d
     if (!strings::StartsWith(name, "choir-")) continue;
     const size_t dash = name.rfind('-');
     const auto pid = strings::ParseInt(name.substr(dash + 1));
-    if (pid && std::find(pids.begin(), pids.end(), *pid) != pids.end()) doomed.emplace_back(name);
+    if (pid && std::find(pids.begin(), pids.end(), *pid) != pids.end() &&
+        MadeBy(shm_dir + "/" + std::string(name), static_cast<int>(*pid))) {
+      doomed.emplace_back(name);
+    }
   }
   closedir(dir);
   int removed = 0;

@@ -99,8 +99,11 @@ class Segment {
   // created by process `pid`, in the job and communicator `job_key` names.
   static std::string NameFor(const std::string& job_key, int rank, int pid);
   // Removes the segments that processes `pids` created and left behind (they
-  // were killed before they could unlink them); returns how many. The
-  // launcher calls it once its ranks are gone. `shm_dir` is for tests.
+  // were killed before they could unlink them); returns how many. Only files
+  // named for one of `pids` whose header names that process as its owner (or
+  // that are still empty) go. The launcher calls it for a rank killed by a
+  // signal while the rank is an unreaped zombie, so that its process id
+  // cannot have been reused. `shm_dir` is for tests.
   static int RemoveLeftBy(const std::vector<int>& pids, const std::string& shm_dir = "/dev/shm");
 
  private:

@@ -128,26 +128,51 @@ TEST(SegmentRoomTest, RefusesMoreRanksThanTheHostCanHold) {
 }
 
 // The launcher removes the segments of ranks killed before they unlinked
-// them: only those of the given processes, never another job's.
+// them: only files named for the given processes whose header names that
+// process (or that are still empty), never another job's or a stranger's.
 TEST(SegmentRoomTest, RemovesOnlyTheSegmentsOfTheGivenProcesses) {
   const choir::testing::TempDir dir("choir-left");
-  auto make = [&](const std::string& name) { std::ofstream(dir.path() + "/" + name) << "x"; };
-  const std::string mine1 = Segment::NameFor("job/comm", 0, 4242).substr(1);
-  const std::string mine2 = Segment::NameFor("job/comm", 1, 4243).substr(1);
-  const std::string other = Segment::NameFor("job/comm", 2, 42430).substr(1);
-  make(mine1);
-  make(mine2);
-  make(other);
-  make("unrelated-4242");
-  EXPECT_EQ(Segment::RemoveLeftBy({4242, 4243}, dir.path()), 2);
-  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/" + mine1));
-  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/" + mine2));
-  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/" + other));
+  auto path = [&](const std::string& name) { return dir.path() + "/" + name.substr(1); };
+  auto make = [&](const std::string& name, uint64_t magic, int pid) {
+    SegmentHeader h{};
+    h.magic = magic;
+    h.pid = pid;
+    std::ofstream(path(name), std::ios::binary).write(reinterpret_cast<const char*>(&h), sizeof(h));
+  };
+  const std::string mine1 = Segment::NameFor("job/comm", 0, 4242);
+  const std::string mine2 = Segment::NameFor("job/comm", 1, 4243);
+  const std::string empty = Segment::NameFor("job/comm", 2, 4243);
+  const std::string other_pid = Segment::NameFor("job/comm", 2, 42430);
+  const std::string stranger = Segment::NameFor("other/comm", 3, 4242);  // not a segment
+  const std::string foreign = Segment::NameFor("other/comm", 4, 4243);   // a segment of another process
+  make(mine1, kSegmentMagic, 4242);
+  make(mine2, kSegmentMagic, 4243);
+  std::ofstream(path(empty)).close();
+  make(other_pid, kSegmentMagic, 42430);
+  std::ofstream(path(stranger)) << "not a segment";
+  make(foreign, kSegmentMagic, 777);
+  std::ofstream(dir.path() + "/unrelated-4242") << "x";
+  EXPECT_EQ(Segment::RemoveLeftBy({4242, 4243}, dir.path()), 3);
+  EXPECT_FALSE(std::filesystem::exists(path(mine1)));
+  EXPECT_FALSE(std::filesystem::exists(path(mine2)));
+  EXPECT_FALSE(std::filesystem::exists(path(empty)));
+  EXPECT_TRUE(std::filesystem::exists(path(other_pid)));
+  EXPECT_TRUE(std::filesystem::exists(path(stranger)));
+  EXPECT_TRUE(std::filesystem::exists(path(foreign)));
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/unrelated-4242"));
   EXPECT_EQ(Segment::RemoveLeftBy({}, dir.path()), 0);
   EXPECT_EQ(Segment::RemoveLeftBy({4242}, dir.path() + "/none"), 0);
   EXPECT_EQ(strings::FormatRanks({0, 2, 5, 6, 7, 8, 9, 11, 12}), "0,2,5-9,11,12");
   EXPECT_EQ(strings::FormatRanks({}), "");
+}
+
+// Sizes beyond what CheckSizes allows are refused before any product of them
+// is formed (a ring of 2^62 bytes wrapped the total around to a small one).
+TEST(SegmentRoomTest, RefusesSizesThatWouldOverflow) {
+  EXPECT_EQ(Segment::CheckRoom(4, size_t{1} << 62, 64 << 10, 4 << 20).code(), Code::kInvalidSetting);
+  EXPECT_EQ(Segment::CheckRoom(4, (size_t{1} << 30) + 64, 64 << 10, 4 << 20).code(), Code::kInvalidSetting);
+  const Status s = Segment::CheckRoom(1 << 30, size_t{1} << 30, 64 << 10, 4 << 20);
+  EXPECT_EQ(s.code(), Code::kOutOfMemory) << s.ToString();
 }
 
 }  // namespace
