@@ -222,9 +222,9 @@ Result<transport::PeerInfo> CheckHello(const std::string& text, const json& mine
   }
   if (h["protocol"] != mine["protocol"]) {
     return Status(Code::kVersionMismatch,
-                  who + " speaks choir protocol " + h["protocol"].dump() + " (choir " +
+                  who + " speaks choir protocol " + h["protocol"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + " (choir " +
                       h.value("version", std::string("?")) + ") but this rank speaks " +
-                      mine["protocol"].dump() + " (choir " + kVersionString +
+                      mine["protocol"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + " (choir " + kVersionString +
                       "); install the same choir version everywhere");
   }
   try {
@@ -239,8 +239,8 @@ Result<transport::PeerInfo> CheckHello(const std::string& text, const json& mine
                                             "'; two jobs share one store, or CHOIR_JOB_ID differs");
     }
     if (h.at("size") != mine["size"]) {
-      return Status(Code::kInvalidWorldSize, who + " was started with world size " + h.at("size").dump() +
-                                                 " but this rank with " + mine["size"].dump());
+      return Status(Code::kInvalidWorldSize, who + " was started with world size " + h.at("size").dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                                                 " but this rank with " + mine["size"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
     if (h.value("topo", std::string()) != mine["topo"]) {
       auto describe = [](const json& j) {
@@ -323,7 +323,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   CHOIR_ASSIGN_OR_RETURN(Fd listener, net::Listen(address, 0, 4096));
   const std::string listen_at = address + ":" + std::to_string(net::LocalPort(listener.get()));
   const json hello = MakeHello(config, rank, size, listen_at, where);
-  CHOIR_RETURN_IF_ERROR(scoped->Set("hello/" + std::to_string(rank), hello.dump()));
+  CHOIR_RETURN_IF_ERROR(scoped->Set("hello/" + std::to_string(rank), hello.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
 
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back("hello/" + std::to_string(r));

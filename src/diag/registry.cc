@@ -1,5 +1,7 @@
 #include "diag/registry.h"
 
+#include "base/files.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -28,7 +30,7 @@ std::string RegistryEntryToJson(const RegistryEntry& e) {
               {"address", e.address},
               {"port", e.port},
               {"version", e.version}}
-      .dump();
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 Result<RegistryEntry> ParseRegistryEntry(const std::string& text) {
@@ -113,13 +115,14 @@ RegistryScan ScanRegistry(const std::string& dir, const std::string& proc_root) 
   std::sort(names.begin(), names.end());
   for (const std::string& name : names) {
     const std::string path = dir + "/" + name;
-    std::ifstream in(path);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!in.good() && text.empty()) {
-      scan.unreadable.push_back(path + ": cannot read");
+    // Anyone may write into a shared registry: a directory or FIFO named
+    // *.json is reported, never read (a FIFO would block the scan).
+    auto text = files::ReadSmallFile(path, 64 << 10);
+    if (!text.ok()) {
+      scan.unreadable.push_back(path + ": " + text.status().message());
       continue;
     }
-    auto entry = ParseRegistryEntry(text);
+    auto entry = ParseRegistryEntry(*text);
     if (!entry.ok()) {
       scan.unreadable.push_back(path + ": " + entry.status().message());
       continue;

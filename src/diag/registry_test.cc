@@ -1,6 +1,7 @@
 #include "diag/registry.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +47,19 @@ TEST(RegistryTest, WriteScanAndStaleEntries) {
   EXPECT_EQ(scan.stale.size(), 2u);
   EXPECT_EQ(scan.unreadable.size(), 1u);
   EXPECT_TRUE(ScanRegistry(dir + "/missing").alive.empty());
+}
+
+// Anyone may write into a shared registry: a directory or a FIFO named
+// *.json is listed as unreadable, never read (a FIFO would block the scan).
+TEST(RegistryTest, DirectoriesAndFifosNamedJsonAreUnreadableNotFatal) {
+  const choir::testing::TempDir base("choir-registry");
+  ASSERT_EQ(mkdir((base.path() + "/x.json").c_str(), 0700), 0);
+  ASSERT_EQ(mkfifo((base.path() + "/y.json").c_str(), 0600), 0);
+  const RegistryScan scan = ScanRegistry(base.path());
+  EXPECT_TRUE(scan.alive.empty());
+  ASSERT_EQ(scan.unreadable.size(), 2u);
+  EXPECT_NE(scan.unreadable[0].find("x.json is a directory"), std::string::npos) << scan.unreadable[0];
+  EXPECT_NE(scan.unreadable[1].find("y.json is not a regular file"), std::string::npos) << scan.unreadable[1];
 }
 
 TEST(RegistryTest, ParseRejectsBadEntries) {

@@ -2,10 +2,12 @@
 
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <mutex>
 #include <optional>
 
 #include "base/logging.h"
+#include "base/files.h"
 #include "base/strings.h"
 
 extern char** environ;
@@ -184,11 +186,13 @@ class Registry {
   }
 
   static Status ReadConfigFile(const std::string& path, std::map<std::string, std::string>* out) {
-    std::ifstream in(path);
-    if (!in) {
-      return Status(Code::kBadConfigFile,
-                    "cannot open CHOIR_CONFIG_FILE '" + path + "' for reading");
+    // A regular file of bounded size: a FIFO or /dev/zero named here would
+    // block every program that reads the settings, or fill its memory.
+    auto text = files::ReadSmallFile(path, 1 << 20);
+    if (!text.ok()) {
+      return Status(Code::kBadConfigFile, "cannot read CHOIR_CONFIG_FILE: " + text.status().message());
     }
+    std::istringstream in(*text);
     std::string line;
     int lineno = 0;
     while (std::getline(in, line)) {

@@ -8,6 +8,7 @@
 // Thread-safety: each test runs on one thread.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/clock.h"
@@ -882,6 +884,43 @@ TEST(PerfTest, JsonFollowsLinksAndWritesDevicesInPlace) {
                {}, 60);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+}
+
+// The other subcommands refuse bad input with a numbered error too, and
+// never abort on text that is not UTF-8 or block on a FIFO.
+TEST(CliInputTest, OtherSubcommandsRefuseBadInputWithNumberedErrors) {
+  const testing::TempDir dir("choir-cli-input");
+  const std::string facts = dir.path() + "/facts.json", fifo = dir.path() + "/fifo";
+  std::ofstream(facts) << "{\"hostname\": 5}";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::vector<std::tuple<std::vector<std::string>, std::vector<std::string>, int, std::string>> cases = {
+      {{"doctor", "--facts", facts}, {}, 2, "E602 UsageError: --facts " + facts + ": a field has the wrong type"},
+      {{"doctor", "--facts", dir.path()}, {}, 2, "E602 UsageError: --facts: " + dir.path() + " is a directory"},
+      {{"doctor", "--facts", fifo}, {}, 2, "E602 UsageError: --facts: " + fifo + " is not a regular file"},
+      {{"doctor", "params"}, {"CHOIR_CONFIG_FILE=" + fifo}, 1,
+       "E106 BadConfigFile: cannot read CHOIR_CONFIG_FILE: " + fifo + " is not a regular file"},
+      {{"doctor", "params"}, {"CHOIR_CONFIG_FILE=/dev/zero"}, 1, "E106 BadConfigFile"},
+      {{"sweep", "--counts", "-1"}, {}, 2, "E602 UsageError: --counts entries must be 0 to 268435456 elements, got -1"},
+      {{"sweep", "--timeout", "nan"}, {}, 2, "E602 UsageError: --timeout must be 0.001 to 86400 seconds, got nan"},
+      {{"exporter", "--once", "--target-timeout", "nan"}, {}, 2, "E602 UsageError: --target-timeout must be in (0, 60]"},
+      {{"topo", "--check", ""}, {}, 2, "E602 UsageError: --check needs a value, got an empty one"},
+      {{"topo", "--file", ""}, {}, 2, "E602 UsageError: --file needs a value, got an empty one"},
+      {{"run", "--master-port", "-1", "-n", "1", "true"}, {}, 2, "E602 UsageError: --master-port must be in 1..65534"},
+      {{"run", "--job-id", "a b", "-n", "1", "true"}, {}, 2,
+       "E602 UsageError: --job-id must be printable ASCII without spaces, got 'a b'"},
+  };
+  for (const auto& [args, env, code, expected] : cases) {
+    const Outcome r = RunChoir(args, env, 20);
+    EXPECT_EQ(r.exit_code, code) << fmt::format("{}", fmt::join(args, " ")) << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << "want: " << expected << "\n" << r.err;
+  }
+  // Text that is not UTF-8 is replaced in JSON output, not thrown on.
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{{"doctor", "params", "--json"},
+                                                                                     {"doctor", "--json"}}) {
+    const Outcome r = RunChoir(args, {"CHOIR_HOST_ID=h\xff"}, 30);
+    EXPECT_NE(r.exit_code, 134) << r.err;
+    EXPECT_NE(r.out.find("\"CHOIR_HOST_ID\""), std::string::npos) << r.out.substr(0, 500) << r.err;
+  }
 }
 
 // A host cannot hold the segments of too many ranks (they grow with the

@@ -21,6 +21,7 @@
 #include "base/strings.h"
 #include "choir/settings.h"
 #include "choir/status.h"
+#include "params/params.h"
 #include "subcommand.h"
 
 namespace choir::cli {
@@ -82,6 +83,9 @@ class DoctorParamsCommand : public Subcommand {
     } else {
       PrintTable(settings, unknown);
     }
+    // A config file that cannot be read is ignored by this listing (every
+    // source then shows as default) but fails every rank: say so.
+    if (const Status file = params::CheckAll(); file.code() == Code::kBadConfigFile) return ReportError(file);
     if (invalid.empty()) return kExitOk;
     std::string names;
     for (const std::string& n : invalid) names += (names.empty() ? "" : ", ") + n;
@@ -159,7 +163,7 @@ class DoctorParamsCommand : public Subcommand {
     }
     out["settings"] = std::move(rows);
     out["unknown_environment"] = unknown;
-    fmt::print("{}\n", out.dump(2));
+    fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
   }
 
   bool json_ = false;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "base/files.h"
 #include "base/strings.h"
 #include "diag/doctor.h"
 #include "doctor_cluster.h"
@@ -64,9 +65,10 @@ class DoctorCommand : public Subcommand {
     }
     json facts;
     if (!facts_file_.empty()) {
-      std::ifstream in(facts_file_);
-      facts = json::parse(in, nullptr, /*allow_exceptions=*/false);
-      if (!in.is_open() || facts.is_discarded() || !facts.is_object()) {
+      auto text = files::ReadSmallFile(facts_file_, 16 << 20);
+      if (!text.ok()) return ReportUsageError(*app_, "--facts: " + text.status().message());
+      facts = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+      if (facts.is_discarded() || !facts.is_object()) {
         return ReportUsageError(
             *app_,
             "--facts " + facts_file_ +
@@ -84,10 +86,19 @@ class DoctorCommand : public Subcommand {
       roots.extra_ports = ports_;
       facts = diag::GatherHostFacts(roots);
     }
-    const std::vector<diag::CheckResult> checks = diag::JudgeHostFacts(facts);
-    const json report = diag::DoctorReport(facts, checks);
+    std::vector<diag::CheckResult> checks;
+    json report;
+    try {
+      checks = diag::JudgeHostFacts(facts);
+      report = diag::DoctorReport(facts, checks);
+    } catch (const json::exception& e) {
+      // A --facts file written by hand (or by another version) with a field
+      // of the wrong type.
+      return ReportUsageError(*app_, "--facts " + facts_file_ + ": a field has the wrong type (" + e.what() +
+                                         "); give a `choir doctor --json` report of this version");
+    }
     if (json_) {
-      fmt::print("{}\n", report.dump(2));
+      fmt::print("{}\n", report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     } else {
       PrintText(report, checks);
     }
@@ -148,12 +159,11 @@ class DoctorCommand : public Subcommand {
     }
     mkdir(report_dir_.c_str(), 0755);
     const std::string path = report_dir_ + "/choir-doctor-" + host + "-" + stamp + ".json";
-    std::ofstream out(path);
-    out << report.dump(2) << "\n";
-    out.close();
-    if (!out)
-      return Status(Code::kSystemError, "cannot write the doctor report " + path +
-                                            " (does --report name a writable directory?)");
+    const Status wrote =
+        files::ReplaceFile(path, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    if (!wrote.ok()) {
+      return wrote.WithContext("the doctor report (does --report name a writable directory?)");
+    }
     fmt::print(stderr, "choir doctor: report written to {}\n", path);
     return Status::Ok();
   }

@@ -54,7 +54,7 @@ class ExporterCommand : public Subcommand {
   }
 
   int Run() override {
-    if (target_timeout_ <= 0 || target_timeout_ > 60) {
+    if (!(target_timeout_ > 0 && target_timeout_ <= 60)) {  // NaN too
       return ReportUsageError(*app_, "--target-timeout must be in (0, 60] seconds");
     }
     std::string host;

@@ -55,6 +55,7 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/switch_points.h"
 #include "base/clock.h"
+#include "base/files.h"
 #include "base/strings.h"
 #include "choir/choir.h"
 #include "choir/selftest.h"
@@ -253,45 +254,11 @@ int EnvInt(const char* name) {
   return v == nullptr ? 0 : static_cast<int>(strings::ParseInt(v).value_or(0));
 }
 
-// Where the --json file goes: `path` with symbolic links resolved, so that
-// replacing the file keeps the link.
-std::string JsonTarget(const std::string& path) {
-  char* real = realpath(path.c_str(), nullptr);
-  if (real == nullptr) return path;
-  std::string out = real;
-  std::free(real);
-  return out;
-}
-
-// The file written first and renamed over a regular --json target.
-std::string JsonTempFile(const std::string& target) { return fmt::format("{}.tmp.{}", target, getpid()); }
-
-// Whether `path` can take the --json file, checked before anything runs: a
-// regular file (or none yet) is replaced through a file beside it, which is
-// made and removed here once; anything else (/dev/null, a pipe) is written to
-// directly.
+// Whether `path` can take the --json file, checked before anything runs.
 Status CheckJsonTarget(const std::string& path) {
-  auto refuse = [&](const std::string& why) {
-    return Status(Code::kUsageError, "--json " + path + ": " + why + "; give a file in a directory you can write");
-  };
-  const std::string target = JsonTarget(path);
-  struct stat st {};
-  if (stat(target.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return refuse("is a directory");
-    if (!S_ISREG(st.st_mode)) {
-      return access(target.c_str(), W_OK) == 0 ? Status::Ok() : refuse(std::strerror(errno));
-    }
-  } else {
-    const size_t slash = target.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : target.substr(0, slash));
-    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return refuse("directory " + dir + " does not exist");
-  }
-  const std::string probe = JsonTempFile(target);
-  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return refuse("cannot create " + probe + ": " + std::strerror(errno));
-  close(fd);
-  unlink(probe.c_str());
-  return Status::Ok();
+  const Status s = files::CheckReplaceable(path);
+  if (s.ok()) return s;
+  return Status(Code::kUsageError, "--json " + path + ": " + s.message() + "; give a file in a directory you can write");
 }
 
 class PerfCommand : public Subcommand {
@@ -475,6 +442,13 @@ class PerfCommand : public Subcommand {
     return f;
   }
 
+  // The text given for `flag` (the last one when repeated), for messages:
+  // a number too large for its type reads back as the type's limit.
+  std::string Given(const char* flag) const {
+    const CLI::Option* opt = app_->get_option_no_throw(flag);
+    return opt != nullptr && !opt->results().empty() ? opt->results().back() : "(default)";
+  }
+
   // Parses and checks every flag into what the run uses (dtype_value_,
   // rop_value_, ops_, sizes_, baseline_). `world`: the run's ranks, 0 or
   // less while not known (the checks that need it run again once the
@@ -529,7 +503,7 @@ class PerfCommand : public Subcommand {
                                strings::FormatBytes(*hi)));
     }
     if (!std::isfinite(step_factor_) || step_factor_ < 1.01) {
-      return usage(fmt::format("--step-factor must be a number of at least 1.01, got {}", step_factor_));
+      return usage(fmt::format("--step-factor must be a number of at least 1.01, got {}", Given("--step-factor")));
     }
     sizes_.clear();
     for (double b = static_cast<double>(*lo); b <= static_cast<double>(*hi) * 1.0000001; b *= step_factor_) {
@@ -538,17 +512,17 @@ class PerfCommand : public Subcommand {
     }
 
     if (repeat_ < 1 || repeat_ > kMaxRepeat) {
-      return usage(fmt::format("--repeat must be 1 to {}, got {}", kMaxRepeat, repeat_));
+      return usage(fmt::format("--repeat must be 1 to {}, got {}", kMaxRepeat, Given("--repeat")));
     }
     if (warmup_ < 0 || warmup_ > kMaxWarmup) {
-      return usage(fmt::format("--warmup must be 0 to {}, got {}", kMaxWarmup, warmup_));
+      return usage(fmt::format("--warmup must be 0 to {}, got {}", kMaxWarmup, Given("--warmup")));
     }
     if (iters_ < 0 || iters_ > kMaxIters) {
-      return usage(fmt::format("--iters must be 1 to {} (0: fill --time-per-size), got {}", kMaxIters, iters_));
+      return usage(fmt::format("--iters must be 1 to {} (0: fill --time-per-size), got {}", kMaxIters, Given("--iters")));
     }
     if (!std::isfinite(time_per_size_) || time_per_size_ <= 0 || time_per_size_ > kMaxTimePerSize) {
       return usage(fmt::format("--time-per-size must be more than 0 and at most {} seconds, got {}",
-                               kMaxTimePerSize, time_per_size_));
+                               kMaxTimePerSize, Given("--time-per-size")));
     }
     if (iters_ > 0 && app_->count("--time-per-size") > 0) {
       return usage("give --iters or --time-per-size, not both");
@@ -725,30 +699,7 @@ class PerfCommand : public Subcommand {
                       {"buffers", buffers_}, {"results", results}};
     // Text that is not UTF-8 (a hostname, a setting) is replaced, not thrown on.
     const std::string text = doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
-    const std::string target = JsonTarget(json_path_);
-    struct stat st {};
-    const bool special = stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
-    // A regular file is written beside the target and renamed over it, so a
-    // failed write leaves an earlier file whole; /dev/null or a pipe is
-    // written to as it is.
-    const std::string tmp = special ? target : JsonTempFile(target);
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (f == nullptr) return ErrnoError(Code::kSystemError, errno, "writing --json file " + tmp);
-    errno = 0;
-    int err = std::fwrite(text.data(), 1, text.size(), f) == text.size() ? 0 : (errno != 0 ? errno : EIO);
-    if (std::fclose(f) != 0 && err == 0) err = errno != 0 ? errno : EIO;
-    if (err != 0) {
-      if (!special) std::remove(tmp.c_str());
-      return ErrnoError(Code::kSystemError, err, "writing --json file " + json_path_);
-    }
-    // The replacement keeps an earlier file's permissions.
-    if (!special && stat(target.c_str(), &st) == 0) chmod(tmp.c_str(), st.st_mode & 07777);
-    if (!special && std::rename(tmp.c_str(), target.c_str()) != 0) {
-      err = errno;
-      std::remove(tmp.c_str());
-      return ErrnoError(Code::kSystemError, err, "renaming " + tmp + " to --json file " + json_path_);
-    }
-    return Status::Ok();
+    return files::ReplaceFile(json_path_, text);
   }
 
   CLI::App* app_ = nullptr;

@@ -264,7 +264,8 @@ class RunCommand : public Subcommand {
           *app_,
           fmt::format("--grace must be between 0 and 86400 seconds, got {}", grace_seconds_));
     }
-    if (master_port_ != -1 && (master_port_ < 1 || master_port_ > 65534)) {
+    // -1 stands for "not given"; given, it is a port like any other.
+    if ((master_port_ != -1 || app_->count("--master-port") > 0) && (master_port_ < 1 || master_port_ > 65534)) {
       return ReportUsageError(
           *app_, fmt::format("--master-port must be in 1..65534 (the choir store uses port + 1), "
                              "got {}",
@@ -302,6 +303,13 @@ class RunCommand : public Subcommand {
                                   fmt::format("MASTER_PORT={} is outside 1..65534", master_port_));
         }
       }
+    }
+    // The job id names files, store keys and metrics labels on every node.
+    const bool job_id_given = app_->count("--job-id") > 0;
+    if (job_id_given && (job_id_.empty() || !std::all_of(job_id_.begin(), job_id_.end(), [](char c) {
+                           return c > ' ' && c < 0x7f;
+                         }))) {
+      return ReportUsageError(*app_, "--job-id must be printable ASCII without spaces, got '" + job_id_ + "'");
     }
     if (master_addr_.empty()) master_addr_ = "127.0.0.1";
     // A host's ranks share memory through segments that grow with the square
@@ -410,9 +418,9 @@ class RunCommand : public Subcommand {
     }
 
     nlohmann::json me = {{"host", HostName()}, {"pid", ::getpid()}, {"nproc", nproc_per_node_}};
-    Result<std::string> registered = store->CompareSet(NodeKey(node_rank_), "", me.dump());
+    Result<std::string> registered = store->CompareSet(NodeKey(node_rank_), "", me.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     if (!registered.ok()) return registered.status().WithContext("registering this node");
-    if (*registered != me.dump()) {
+    if (*registered != me.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) {
       return Status(Code::kInvalidArgument,
                     fmt::format("node rank {} is already taken by {} in job {}; give every "
                                 "launcher its own --node-rank (or stop the launcher left from an "

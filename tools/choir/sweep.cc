@@ -47,13 +47,24 @@ class SweepCommand : public Subcommand {
       if (!t.ok()) return ReportUsageError(*app_, t.status().message());
       so.dtypes.push_back(*t);
     }
-    if (!counts_.empty()) so.counts = counts_;
+    // Each count sizes buffers of up to a rank's whole world; a negative one
+    // wraps around to the largest size_t.
+    constexpr int64_t kMaxCount = int64_t{1} << 28;
+    for (const int64_t c : counts_) {
+      if (c < 0 || c > kMaxCount) {
+        return ReportUsageError(*app_, fmt::format("--counts entries must be 0 to {} elements, got {}", kMaxCount, c));
+      }
+    }
+    if (!counts_.empty()) so.counts.assign(counts_.begin(), counts_.end());
     so.in_place = !no_in_place_;
     so.all_reduce_ops = !sum_only_;
     if (buffers_ != "heap" && buffers_ != "shared") {
       return ReportUsageError(*app_, "--buffers must be heap or shared, got '" + buffers_ + "'");
     }
     so.shared_buffers = buffers_ == "shared";
+    if (app_->count("--timeout") > 0 && !(timeout_s_ >= 0.001 && timeout_s_ <= 86400)) {
+      return ReportUsageError(*app_, fmt::format("--timeout must be 0.001 to 86400 seconds, got {}", timeout_s_));
+    }
     if (timeout_s_ > 0) so.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
     CommOptions co;
     co.transport = transport_;
@@ -116,7 +127,7 @@ class SweepCommand : public Subcommand {
   }
 
   std::vector<std::string> ops_, dtypes_;
-  std::vector<size_t> counts_;
+  std::vector<int64_t> counts_;  // signed: "-1" must not wrap around
   std::string transport_;
   std::string buffers_ = "heap";
   bool sum_only_ = false;

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "base/files.h"
 #include "base/strings.h"
 #include "choir/topology.h"
 #include "subcommand.h"
@@ -132,6 +133,13 @@ class TopoCommand : public Subcommand {
  private:
   // A usage mistake in the combination of flags, or nullopt.
   std::optional<std::string> CheckFlags() const {
+    // An empty value would silently fall back to this machine's topology.
+    for (const char* flag : {"--file", "--check", "--synthetic", "--write"}) {
+      const CLI::Option* opt = app_->get_option_no_throw(flag);
+      if (opt != nullptr && opt->count() > 0 && !opt->results().empty() && opt->results().back().empty()) {
+        return std::string(flag) + " needs a value, got an empty one";
+      }
+    }
     const int sources = !file_.empty() + !synthetic_.empty() + !check_.empty();
     if (sources > 1) return "use only one of --file, --synthetic and --check";
     const bool shape = hosts_option_->count() > 0 || interleave_;
@@ -227,14 +235,9 @@ class TopoCommand : public Subcommand {
       fmt::print("{}", text);
       return Status::Ok();
     }
-    std::ofstream out(write_, std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) {
-      const int err = errno != 0 ? errno : EIO;
-      return ErrnoError(Code::kSystemError, err, "writing topology file " + write_);
-    }
-    return Status::Ok();
+    // Written beside the file and renamed over it: a failed write leaves an
+    // earlier topology file whole.
+    return files::ReplaceFile(write_, text).WithContext("topology file");
   }
 
   void PrintText(const Topology& topology, const std::optional<RankPlace>& this_process,
