@@ -27,11 +27,14 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes);
 // writable. InvalidArgument naming why not.
 Status CheckReplaceable(const std::string& path);
 
-// Writes `text` to `path`. A regular file (or a new one) is written beside
-// it and renamed over it, keeping an earlier file's permissions, so a failed
-// write leaves the earlier file whole; a symbolic link keeps pointing to the
-// new file; /dev/null or a pipe is written to in place. SystemError with
-// errno's text on failure.
+// Writes `text` to `path`. A regular file (or a new one) is written to a
+// private file beside it (mkstemp) and renamed over it, with the earlier
+// file's mode and, where allowed, owner: a failed write leaves the earlier
+// file whole, and a symbolic link keeps pointing to the new file. Where that
+// cannot work but the file itself is writable (a directory the user cannot
+// write, a file bind-mounted on its own), and for /dev/null, pipes and
+// dangling links, the file is written in place. A file the user may not
+// write is left alone. SystemError with errno's text on failure.
 Status ReplaceFile(const std::string& path, std::string_view text);
 
 }  // namespace choir::files

@@ -323,7 +323,17 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   CHOIR_ASSIGN_OR_RETURN(Fd listener, net::Listen(address, 0, 4096));
   const std::string listen_at = address + ":" + std::to_string(net::LocalPort(listener.get()));
   const json hello = MakeHello(config, rank, size, listen_at, where);
-  CHOIR_RETURN_IF_ERROR(scoped->Set("hello/" + std::to_string(rank), hello.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+  std::string hello_text;
+  try {
+    hello_text = hello.dump();
+  } catch (const json::exception&) {
+    // Every rank would read its own hello back changed and call it another job.
+    return Status(Code::kInvalidSetting,
+                  "rank " + std::to_string(rank) +
+                      ": the job id (CHOIR_JOB_ID), host id (CHOIR_HOST_ID) or communicator name is not UTF-8 "
+                      "text; give ids of printable characters");
+  }
+  CHOIR_RETURN_IF_ERROR(scoped->Set("hello/" + std::to_string(rank), hello_text));
 
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back("hello/" + std::to_string(r));

@@ -119,7 +119,8 @@ RegistryScan ScanRegistry(const std::string& dir, const std::string& proc_root) 
     // *.json is reported, never read (a FIFO would block the scan).
     auto text = files::ReadSmallFile(path, 64 << 10);
     if (!text.ok()) {
-      scan.unreadable.push_back(path + ": " + text.status().message());
+      // The message names the path already.
+      scan.unreadable.push_back(text.status().message());
       continue;
     }
     auto entry = ParseRegistryEntry(*text);

@@ -901,7 +901,7 @@ TEST(CliInputTest, OtherSubcommandsRefuseBadInputWithNumberedErrors) {
        "E106 BadConfigFile: cannot read CHOIR_CONFIG_FILE: " + fifo + " is not a regular file"},
       {{"doctor", "params"}, {"CHOIR_CONFIG_FILE=/dev/zero"}, 1, "E106 BadConfigFile"},
       {{"sweep", "--counts", "-1"}, {}, 2, "E602 UsageError: --counts entries must be 0 to 268435456 elements, got -1"},
-      {{"sweep", "--timeout", "nan"}, {}, 2, "E602 UsageError: --timeout must be 0.001 to 86400 seconds, got nan"},
+      {{"sweep", "--timeout", "nan"}, {}, 2, "E602 UsageError: --timeout must be 0 (CHOIR_TIMEOUT) or 0.001 to 86400 seconds, got nan"},
       {{"exporter", "--once", "--target-timeout", "nan"}, {}, 2, "E602 UsageError: --target-timeout must be in (0, 60]"},
       {{"topo", "--check", ""}, {}, 2, "E602 UsageError: --check needs a value, got an empty one"},
       {{"topo", "--file", ""}, {}, 2, "E602 UsageError: --file needs a value, got an empty one"},

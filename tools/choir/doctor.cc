@@ -78,14 +78,16 @@ class DoctorParamsCommand : public Subcommand {
     for (const SettingInfo& s : settings) {
       if (!s.error.empty()) invalid.push_back(s.name);
     }
+    // A config file that cannot be read is ignored by this listing (every
+    // source then shows as default) but fails every rank: say so.
+    const Status file = params::CheckAll();
+    const bool file_bad = file.code() == Code::kBadConfigFile;
     if (json_) {
-      PrintJson(settings, unknown, invalid.empty());
+      PrintJson(settings, unknown, invalid.empty() && !file_bad);
     } else {
       PrintTable(settings, unknown);
     }
-    // A config file that cannot be read is ignored by this listing (every
-    // source then shows as default) but fails every rank: say so.
-    if (const Status file = params::CheckAll(); file.code() == Code::kBadConfigFile) return ReportError(file);
+    if (file_bad) return ReportError(file);
     if (invalid.empty()) return kExitOk;
     std::string names;
     for (const std::string& n : invalid) names += (names.empty() ? "" : ", ") + n;

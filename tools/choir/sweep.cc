@@ -62,8 +62,10 @@ class SweepCommand : public Subcommand {
       return ReportUsageError(*app_, "--buffers must be heap or shared, got '" + buffers_ + "'");
     }
     so.shared_buffers = buffers_ == "shared";
-    if (app_->count("--timeout") > 0 && !(timeout_s_ >= 0.001 && timeout_s_ <= 86400)) {
-      return ReportUsageError(*app_, fmt::format("--timeout must be 0.001 to 86400 seconds, got {}", timeout_s_));
+    // 0 keeps CHOIR_TIMEOUT.
+    if (app_->count("--timeout") > 0 && !(timeout_s_ == 0 || (timeout_s_ >= 0.001 && timeout_s_ <= 86400))) {
+      return ReportUsageError(*app_,
+                              fmt::format("--timeout must be 0 (CHOIR_TIMEOUT) or 0.001 to 86400 seconds, got {}", timeout_s_));
     }
     if (timeout_s_ > 0) so.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
     CommOptions co;
