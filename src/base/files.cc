@@ -94,6 +94,12 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
   return text;
 }
 
+uint64_t ReadMeminfoBytes(std::string_view key, const std::string& path) {
+  const auto text = ReadSmallFile(path, 1 << 20);
+  const auto bytes = text.ok() ? strings::MeminfoBytes(*text, key) : std::nullopt;
+  return bytes ? static_cast<uint64_t>(*bytes) : 0;
+}
+
 Status CheckReplaceable(const std::string& path) {
   const std::string target = Resolved(path);
   struct stat st {};

@@ -8,6 +8,7 @@
 #define CHOIR_BASE_FILES_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -20,6 +21,10 @@ namespace choir::files {
 // directory", "is not a regular file", "holds N bytes, more than M"),
 // SystemError with errno's text when it cannot be opened or read.
 Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes);
+
+// The value of `key` ("MemAvailable") in bytes in the meminfo file `path`,
+// or 0 when it cannot be read or has no such line.
+uint64_t ReadMeminfoBytes(std::string_view key, const std::string& path = "/proc/meminfo");
 
 // Whether ReplaceFile(path, ...) can work, checked before a long run: `path`
 // is not a directory, and a regular file (or none yet) can be made beside

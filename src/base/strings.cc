@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 #include <fmt/format.h>
 
 namespace choir::strings {
@@ -115,6 +116,23 @@ std::optional<double> ParseSeconds(std::string_view s) {
   if (unit == "us") return *v / 1e6;
   if (unit == "m" || unit == "min") return *v * 60;
   if (unit == "h") return *v * 3600;
+  return std::nullopt;
+}
+
+std::optional<double> MeminfoBytes(std::string_view text, std::string_view key) {
+  std::istringstream in{std::string(text)};
+  const std::string label = std::string(key) + ":";
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t at = line.find(label);
+    if (at == std::string::npos) continue;
+    std::istringstream rest(line.substr(at + label.size()));
+    double v = 0;
+    std::string unit;
+    if (!(rest >> v)) return std::nullopt;
+    rest >> unit;
+    return unit == "kB" ? v * 1024 : v;
+  }
   return std::nullopt;
 }
 

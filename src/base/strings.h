@@ -31,6 +31,11 @@ std::optional<double> ParseSeconds(std::string_view s);
 // "64 MiB", "8 B", "1.5 KiB".
 std::string FormatBytes(uint64_t bytes);
 
+// The value of `key` ("MemTotal") in bytes in /proc/meminfo-style `text`
+// ("MemTotal:  24576000 kB"; per-NUMA-node files prefix "Node 0 "), or
+// nullopt when it is not there.
+std::optional<double> MeminfoBytes(std::string_view text, std::string_view key);
+
 // "0,2,5-9" for {0, 2, 5, 6, 7, 8, 9}: runs of consecutive numbers as
 // ranges, so that thousands of ranks make one short line.
 std::string FormatRanks(const std::vector<int>& ranks);

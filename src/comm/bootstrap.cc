@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "algorithms/switch_points.h"
+#include "base/json_text.h"
 #include "base/logging.h"
 #include "base/socket.h"
 #include "base/strings.h"
@@ -222,9 +223,9 @@ Result<transport::PeerInfo> CheckHello(const std::string& text, const json& mine
   }
   if (h["protocol"] != mine["protocol"]) {
     return Status(Code::kVersionMismatch,
-                  who + " speaks choir protocol " + h["protocol"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + " (choir " +
+                  who + " speaks choir protocol " + JsonDump(h["protocol"]) + " (choir " +
                       h.value("version", std::string("?")) + ") but this rank speaks " +
-                      mine["protocol"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + " (choir " + kVersionString +
+                      JsonDump(mine["protocol"]) + " (choir " + kVersionString +
                       "); install the same choir version everywhere");
   }
   try {
@@ -239,8 +240,8 @@ Result<transport::PeerInfo> CheckHello(const std::string& text, const json& mine
                                             "'; two jobs share one store, or CHOIR_JOB_ID differs");
     }
     if (h.at("size") != mine["size"]) {
-      return Status(Code::kInvalidWorldSize, who + " was started with world size " + h.at("size").dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-                                                 " but this rank with " + mine["size"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      return Status(Code::kInvalidWorldSize, who + " was started with world size " + JsonDump(h.at("size")) +
+                                                 " but this rank with " + JsonDump(mine["size"]));
     }
     if (h.value("topo", std::string()) != mine["topo"]) {
       auto describe = [](const json& j) {

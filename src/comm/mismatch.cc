@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_text.h"
 #include "comm/comm_impl.h"
 
 namespace choir::comm {
@@ -74,7 +75,7 @@ Status CommImpl::CheckSignatures(const Signature& mine, uint64_t seq, Deadline d
 Status CommImpl::OnStall(const Signature& mine, uint64_t seq, double waited) {
   const json status = {{"seq", seq}, {"sig", mine.PackedWord()}, {"count", mine.count},
                        {"what", mine.ToString()}, {"waited", waited}};
-  if (!scoped_->Set("status/" + std::to_string(rank_), status.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)).ok()) return Status::Ok();
+  if (!scoped_->Set("status/" + std::to_string(rank_), JsonDump(status)).ok()) return Status::Ok();
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     auto text = scoped_->Get("status/" + std::to_string(r));

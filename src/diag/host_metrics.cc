@@ -55,25 +55,6 @@ MetricFamily Family(const char* name, const char* type, const char* help) {
   return MetricFamily{name, type, help, {}};
 }
 
-// Value in bytes of a "/proc/meminfo"-style line "Key:   123 kB".
-bool MeminfoBytes(const std::string& text, const std::string& key, double* bytes) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    // NUMA meminfo lines start with "Node 0 ".
-    size_t at = line.find(key + ":");
-    if (at == std::string::npos) continue;
-    std::istringstream rest(line.substr(at + key.size() + 1));
-    double v = 0;
-    std::string unit;
-    if (!(rest >> v)) return false;
-    rest >> unit;
-    *bytes = unit == "kB" ? v * 1024 : v;
-    return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 HostCollector::HostCollector(HostPaths paths) : paths_(std::move(paths)) {}
@@ -121,12 +102,11 @@ void HostCollector::CollectMemory(MetricFamily* total, MetricFamily* available,
   const std::string path = paths_.proc + "/meminfo";
   std::string text;
   if (!ReadFile(path, &text)) return Skip(path, std::strerror(errno));
-  double v = 0;
-  if (MeminfoBytes(text, "MemTotal", &v))
-    total->samples.push_back(FormatSample(total->name, {}, v));
-  if (MeminfoBytes(text, "MemAvailable", &v))
-    available->samples.push_back(FormatSample(available->name, {}, v));
-  if (MeminfoBytes(text, "MemFree", &v)) free->samples.push_back(FormatSample(free->name, {}, v));
+  if (const auto v = strings::MeminfoBytes(text, "MemTotal")) total->samples.push_back(FormatSample(total->name, {}, *v));
+  if (const auto v = strings::MeminfoBytes(text, "MemAvailable")) {
+    available->samples.push_back(FormatSample(available->name, {}, *v));
+  }
+  if (const auto v = strings::MeminfoBytes(text, "MemFree")) free->samples.push_back(FormatSample(free->name, {}, *v));
 }
 
 void HostCollector::CollectShm(MetricFamily* size, MetricFamily* free) {
@@ -151,12 +131,13 @@ void HostCollector::CollectNuma(MetricFamily* nodes, MetricFamily* total, Metric
       Skip(path, std::strerror(errno));
       continue;
     }
-    double v = 0;
     const std::string node = name.substr(4);
-    if (MeminfoBytes(text, "MemTotal", &v))
-      total->samples.push_back(FormatSample(total->name, {{"node", node}}, v));
-    if (MeminfoBytes(text, "MemFree", &v))
-      free->samples.push_back(FormatSample(free->name, {{"node", node}}, v));
+    if (const auto v = strings::MeminfoBytes(text, "MemTotal")) {
+      total->samples.push_back(FormatSample(total->name, {{"node", node}}, *v));
+    }
+    if (const auto v = strings::MeminfoBytes(text, "MemFree")) {
+      free->samples.push_back(FormatSample(free->name, {{"node", node}}, *v));
+    }
   }
   nodes->samples.push_back(FormatSample(nodes->name, {}, count));
 }

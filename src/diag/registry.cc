@@ -1,7 +1,5 @@
 #include "diag/registry.h"
 
-#include "base/files.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -14,23 +12,25 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/files.h"
+#include "base/json_text.h"
+
 namespace choir::diag {
 
 using json = nlohmann::json;
 
 std::string RegistryEntryToJson(const RegistryEntry& e) {
-  return json{{"schema", kRegistrySchema},
-              {"pid", e.pid},
-              {"start_time", e.start_time},
-              {"job", e.job},
-              {"rank", e.rank},
-              {"size", e.size},
-              {"local_rank", e.local_rank},
-              {"host", e.host},
-              {"address", e.address},
-              {"port", e.port},
-              {"version", e.version}}
-      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return JsonDump(json{{"schema", kRegistrySchema},
+                       {"pid", e.pid},
+                       {"start_time", e.start_time},
+                       {"job", e.job},
+                       {"rank", e.rank},
+                       {"size", e.size},
+                       {"local_rank", e.local_rank},
+                       {"host", e.host},
+                       {"address", e.address},
+                       {"port", e.port},
+                       {"version", e.version}});
 }
 
 Result<RegistryEntry> ParseRegistryEntry(const std::string& text) {

@@ -1,13 +1,12 @@
 #include "params/params.h"
 
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <mutex>
 #include <optional>
+#include <sstream>
 
-#include "base/logging.h"
 #include "base/files.h"
+#include "base/logging.h"
 #include "base/strings.h"
 
 extern char** environ;

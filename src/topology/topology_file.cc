@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "base/fd.h"
+#include "base/json_text.h"
 #include "base/strings.h"
 #include "choir/topology.h"
 #include "topology/build.h"
@@ -275,8 +276,8 @@ class TopologyFileReader {
     const JsonValue* name = Get(v, "name");
     if (name == nullptr) return Error(v.line, field + ".name", "missing: every host needs a name");
     CHOIR_ASSIGN_OR_RETURN(host.name, ReadString(*name, field + ".name", false));
-    // By name, not by a scan of the hosts so far: a file of 100000 hosts
-    // took minutes.
+    // By name, not by a scan of the hosts so far: with the scan, checking a
+    // file of 50000 hosts took 8.9 s and one of 100000 did not end in 30 s.
     if (const auto seen = host_index_.find(host.name); seen != host_index_.end()) {
       const FileHost& other = hosts_[seen->second];
       return Error(name->line, field + ".name",
@@ -605,9 +606,9 @@ class TopologyFileReader {
 
 // Invalid UTF-8 (a CHOIR_HOST_ID of raw bytes) is replaced, not thrown.
 std::string JsonText(const std::string& s) {
-  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return JsonDump(nlohmann::json(s));
 }
-std::string JsonNumber(double d) { return nlohmann::json(d).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+std::string JsonNumber(double d) { return JsonDump(nlohmann::json(d)); }
 
 std::string IntList(const std::vector<int>& values) {
   return fmt::format("[{}]", fmt::join(values, ", "));

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/json_text.h"
 #include "base/strings.h"
 #include "choir/settings.h"
 #include "choir/status.h"
@@ -165,7 +166,7 @@ class DoctorParamsCommand : public Subcommand {
     }
     out["settings"] = std::move(rows);
     out["unknown_environment"] = unknown;
-    fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+    fmt::print("{}\n", JsonDump(out, 2));
   }
 
   bool json_ = false;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/json_text.h"
 #include "base/strings.h"
 #include "choir/choir.h"
 #include "diag/doctor.h"
@@ -85,7 +86,7 @@ json Fingerprint(const std::string& host) {
     }
   }
   f["net.interface"] = name;
-  f["net.mtu"] = mtu.is_null() ? json("?") : json(mtu.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  f["net.mtu"] = mtu.is_null() ? json("?") : json(JsonDump(mtu));
   for (const SettingInfo& s : ListSettings()) {
     if (std::any_of(std::begin(kIdentitySettings), std::end(kIdentitySettings),
                     [&](const char* id) { return s.name == id; })) {
@@ -128,7 +129,7 @@ std::vector<Difference> Diff(const std::vector<json>& prints,
     for (size_t i = 0; i < prints.size(); ++i) {
       const std::string value =
           prints[i].contains(key) ? (prints[i][key].is_string() ? prints[i][key].get<std::string>()
-                                                                : prints[i][key].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+                                                                : JsonDump(prints[i][key]))
                                   : "<unset>";
       auto it =
           std::find_if(sides.begin(), sides.end(), [&](const auto& s) { return s.first == value; });
@@ -233,7 +234,7 @@ int RunDoctorCluster(const ClusterOptions& options) {
     gethostname(name, sizeof(name) - 1);
     host = name;
   }
-  const std::string mine = Fingerprint(host).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string mine = JsonDump(Fingerprint(host));
   int64_t my_length = static_cast<int64_t>(mine.size());
   std::vector<int64_t> lengths(static_cast<size_t>(n));
   Status s = comm.Allgather(&my_length, lengths.data(), 1, DataType::kInt64).Wait();
@@ -330,7 +331,7 @@ int RunDoctorCluster(const ClusterOptions& options) {
       }
       out["links"] = links;
       out["median_bandwidth_bytes_per_second"] = median;
-      fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+      fmt::print("{}\n", JsonDump(out, 2));
     } else {
       fmt::print("choir doctor --cluster: {} hosts: {}\n", n, Join(hosts));
       if (diffs.empty()) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/files.h"
+#include "base/json_text.h"
 #include "base/strings.h"
 #include "diag/doctor.h"
 #include "doctor_cluster.h"
@@ -98,7 +99,7 @@ class DoctorCommand : public Subcommand {
                                          "); give a `choir doctor --json` report of this version");
     }
     if (json_) {
-      fmt::print("{}\n", report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+      fmt::print("{}\n", JsonDump(report, 2));
     } else {
       PrintText(report, checks);
     }
@@ -160,7 +161,7 @@ class DoctorCommand : public Subcommand {
     mkdir(report_dir_.c_str(), 0755);
     const std::string path = report_dir_ + "/choir-doctor-" + host + "-" + stamp + ".json";
     const Status wrote =
-        files::ReplaceFile(path, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+        files::ReplaceFile(path, JsonDump(report, 2) + "\n");
     if (!wrote.ok()) {
       return wrote.WithContext("the doctor report (does --report name a writable directory?)");
     }

@@ -30,8 +30,6 @@
 // Thread-safety: runs on the main thread only.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -40,28 +38,25 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <exception>
 #include <fstream>
 #include <map>
-#include <new>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "algorithms/op.h"
 #include "algorithms/algorithms.h"
+#include "algorithms/op.h"
 #include "algorithms/switch_points.h"
 #include "base/clock.h"
 #include "base/files.h"
+#include "base/json_text.h"
 #include "base/strings.h"
 #include "choir/choir.h"
 #include "choir/selftest.h"
-#include "params/params.h"
 #include "perf_baseline.h"
-#include "transport/shm/segment.h"
 #include "subcommand.h"
 
 namespace choir::cli {
@@ -101,19 +96,6 @@ constexpr int64_t kMaxWarmup = 1000000;
 constexpr int kMaxRepeat = 1000;
 constexpr double kMaxTimePerSize = 3600;
 
-// Bytes of memory the kernel could give without swapping (MemAvailable), or
-// 0 when unknown.
-uint64_t AvailableMemory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
-}
-
 // A benchmark buffer that only grows: heap memory or a SharedBuffer, zeroed.
 class BenchBuffer {
  public:
@@ -128,9 +110,7 @@ class BenchBuffer {
       try {
         std::vector<uint8_t>().swap(heap_);  // the old buffer goes first: no moment with both
         heap_.assign(bytes, 0);
-      } catch (const std::bad_alloc&) {
-        return Status(Code::kOutOfMemory, "allocating " + strings::FormatBytes(bytes) + " of heap buffer failed");
-      } catch (const std::length_error&) {
+      } catch (const std::exception&) {  // bad_alloc, or length_error beyond max_size()
         return Status(Code::kOutOfMemory, "allocating " + strings::FormatBytes(bytes) + " of heap buffer failed");
       }
       data_ = heap_.data();
@@ -296,19 +276,13 @@ class PerfCommand : public Subcommand {
     // run` has no launcher-side check, and they need the parsed values.
     const int world = launch_own ? nproc_ : SettingInt("WORLD_SIZE");
     const int local = launch_own ? nproc_ : std::max(1, EnvInt("LOCAL_WORLD_SIZE"));
-    if (Status flags = CheckFlags(world); !flags.ok()) {
-      return flags.code() == Code::kUsageError ? ReportUsageError(*app_, flags.message()) : ReportError(flags);
-    }
+    if (Status flags = CheckFlags(world); !flags.ok()) return ReportFailure(*app_, flags);
     if (launch_own) {
       if (Status memory = CheckMemory(world, local); !memory.ok()) return ReportError(memory);
-      if (Status files = CheckFiles(); !files.ok()) return ReportUsageError(*app_, files.message());
+      if (Status files = CheckFiles(); !files.ok()) return ReportFailure(*app_, files);
       // The ranks' shared-memory segments grow with the square of -n.
-      const std::string transport = transport_.empty() ? params::GetString(params::Id::kTransport) : transport_;
-      if (transport != "tcp") {
-        const Status room = transport::Segment::CheckRoom(nproc_, params::GetBytes(params::Id::kShmRingBytes),
-                                                          params::GetBytes(params::Id::kShmSlotBytes),
-                                                          params::GetBytes(params::Id::kShmPipeBytes));
-        if (!room.ok()) return ReportError(room.WithContext(fmt::format("choir perf -n {}", nproc_)));
+      if (Status room = CheckSharedMemoryRoom(nproc_, transport_); !room.ok()) {
+        return ReportError(room.WithContext(fmt::format("choir perf -n {}", nproc_)));
       }
       return Relaunch();
     }
@@ -323,9 +297,7 @@ class PerfCommand : public Subcommand {
     Communicator& c = **comm;
     if (world <= 0) {
       // Not known before the communicator existed: the checks that need it.
-      if (Status flags = CheckFlags(c.size()); !flags.ok()) {
-        return flags.code() == Code::kUsageError ? ReportUsageError(*app_, flags.message()) : ReportError(flags);
-      }
+      if (Status flags = CheckFlags(c.size()); !flags.ok()) return ReportFailure(*app_, flags);
     }
     // Checks that differ between ranks (rank 0's files; memory, which a rank
     // checking after another allocated would see smaller) end in a vote
@@ -336,7 +308,7 @@ class PerfCommand : public Subcommand {
     if (Status s = c.Allreduce(&first_failed, &first_failed, 1, DataType::kInt64, ReduceOp::kMin).Wait(); !s.ok()) {
       return ReportError(s);
     }
-    if (!mine.ok()) return mine.code() == Code::kUsageError ? ReportUsageError(*app_, mine.message()) : ReportError(mine);
+    if (!mine.ok()) return ReportFailure(*app_, mine);
     if (first_failed < c.size()) {
       return ReportError(Status(Code::kRemoteError, fmt::format("rank {} refused to run (its message says why)", first_failed)));
     }
@@ -577,7 +549,7 @@ class PerfCommand : public Subcommand {
     // --check keeps reference copies as large as the buffers.
     const uint64_t per_rank = check_ ? 2 * most : most;
     const uint64_t host = per_rank * static_cast<uint64_t>(std::max(local, 1));
-    const uint64_t available = AvailableMemory();
+    const uint64_t available = files::ReadMeminfoBytes("MemAvailable");  // 0: unknown
     if (available > 0 && host > available) {
       return Status(Code::kOutOfMemory,
                     fmt::format("the largest size, --max-bytes {}, needs {} per rank for its buffers{}, {} for the "
@@ -606,10 +578,8 @@ class PerfCommand : public Subcommand {
   Status Measure(Communicator& c, const std::string& op, DataType t, ReduceOp rop, size_t count, Sample* s) {
     const size_t es = DataTypeSize(t);
     const size_t n = static_cast<size_t>(c.size());
-    const size_t send_elems = (op == "reduce_scatter" || op == "alltoall") ? count * n : count;
-    const size_t recv_elems = (op == "allgather" || op == "alltoall") ? count * n : count;
-    Status got = send_.Reserve(send_elems * es, buffers_ == "shared");
-    if (got.ok()) got = recv_.Reserve(recv_elems * es, buffers_ == "shared");
+    Status got = send_.Reserve(SendElems(op, count, c.size()) * es, buffers_ == "shared");
+    if (got.ok()) got = recv_.Reserve(RecvElems(op, count, c.size()) * es, buffers_ == "shared");
     // Every rank learns whether every rank has its buffers before any times a
     // collective (one rank failing alone would leave the others waiting).
     int64_t all_got = got.ok() ? 1 : 0;
@@ -698,7 +668,7 @@ class PerfCommand : public Subcommand {
                       {"settings", SettingsInEffect()}, {"repeat", repeat_},
                       {"buffers", buffers_}, {"results", results}};
     // Text that is not UTF-8 (a hostname, a setting) is replaced, not thrown on.
-    const std::string text = doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+    const std::string text = JsonDump(doc, 2) + "\n";
     return files::ReplaceFile(json_path_, text);
   }
 

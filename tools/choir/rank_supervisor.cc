@@ -302,20 +302,23 @@ void RankSupervisor::Pump(Rank& rank, bool is_err) {
 
 namespace {
 
-// A rank killed by a signal could not unlink its shared-memory segment (it
-// does so once its peers have mapped it): remove it while the rank is an
-// unreaped zombie, so that its process id cannot belong to anyone else yet.
-// `block`: wait until it has exited.
-void RemoveSegmentsIfKilled(pid_t pid, bool block) {
+// Whether rank `pid` has ended (or cannot be waited for), without reaping
+// it; `block`: wait until it has. A rank killed by a signal could not unlink
+// its shared-memory segment (it does so once its peers have mapped it): it
+// is removed here, while the rank is an unreaped zombie whose process id
+// cannot belong to anyone else yet.
+bool EndedRemovingSegments(pid_t pid, bool block) {
   siginfo_t info{};
   int rc = 0;
   while ((rc = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT | (block ? 0 : WNOHANG))) < 0 &&
-         errno == EINTR) {
+         errno == EINTR && block) {
   }
-  if (rc != 0 || info.si_pid != pid) return;  // still running
+  if (rc != 0) return errno != EINTR;  // not our child any more: waitpid tells
+  if (info.si_pid != pid) return false;  // still running
   if (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) {
     transport::Segment::RemoveLeftBy({static_cast<int>(pid)});
   }
+  return true;
 }
 
 }  // namespace
@@ -328,7 +331,8 @@ void RankSupervisor::ReapExited() {
   // become reapable, while its peers notice at once).
   for (Rank& r : ranks_) {
     if (!r.running) continue;
-    RemoveSegmentsIfKilled(r.pid, /*block=*/false);
+    // One system call per running rank and round, as with waitpid alone.
+    if (!EndedRemovingSegments(r.pid, /*block=*/false)) continue;
     int status = 0;
     const pid_t got = ::waitpid(r.pid, &status, WNOHANG);
     if (got == 0) continue;
@@ -404,7 +408,7 @@ void RankSupervisor::KillAndReapAll() {
   if (NumRunning() > 0) SignalRunning(SIGKILL);
   for (Rank& r : ranks_) {
     if (!r.running) continue;
-    RemoveSegmentsIfKilled(r.pid, /*block=*/true);
+    EndedRemovingSegments(r.pid, /*block=*/true);
     int status = 0;
     while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
     }

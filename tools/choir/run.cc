@@ -42,13 +42,12 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/json_text.h"
 #include "base/logging.h"
 #include "base/socket.h"
 #include "base/strings.h"
 #include "choir/settings.h"
 #include "choir/store.h"
-#include "params/params.h"
-#include "transport/shm/segment.h"
 #include "topology/machine.h"
 #include "rank_supervisor.h"
 #include "subcommand.h"
@@ -316,11 +315,8 @@ class RunCommand : public Subcommand {
     // of their number. Whether the program's ranks make them is theirs to
     // know (each checks before it reserves: connect.cc), so a count this host
     // cannot hold is only a warning here.
-    if (params::GetString(params::Id::kTransport) != "tcp") {
-      const Status room = transport::Segment::CheckRoom(
-          nproc_per_node_, params::GetBytes(params::Id::kShmRingBytes), params::GetBytes(params::Id::kShmSlotBytes),
-          params::GetBytes(params::Id::kShmPipeBytes));
-      if (!room.ok()) fmt::print(stderr, "choir run: warning: {}\n", room.ToString());
+    if (const Status room = CheckSharedMemoryRoom(nproc_per_node_, ""); !room.ok()) {
+      fmt::print(stderr, "choir run: warning: {}\n", room.ToString());
     }
     return 0;
   }
@@ -417,10 +413,11 @@ class RunCommand : public Subcommand {
       if (!SleepUnlessInterrupted(100)) return Status::Ok();
     }
 
-    nlohmann::json me = {{"host", HostName()}, {"pid", ::getpid()}, {"nproc", nproc_per_node_}};
-    Result<std::string> registered = store->CompareSet(NodeKey(node_rank_), "", me.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    const std::string me =
+        JsonDump(nlohmann::json{{"host", HostName()}, {"pid", ::getpid()}, {"nproc", nproc_per_node_}});
+    Result<std::string> registered = store->CompareSet(NodeKey(node_rank_), "", me);
     if (!registered.ok()) return registered.status().WithContext("registering this node");
-    if (*registered != me.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) {
+    if (*registered != me) {
       return Status(Code::kInvalidArgument,
                     fmt::format("node rank {} is already taken by {} in job {}; give every "
                                 "launcher its own --node-rank (or stop the launcher left from an "

@@ -4,6 +4,9 @@
 
 #include <cstdio>
 
+#include "params/params.h"
+#include "transport/shm/segment.h"
+
 namespace choir::cli {
 namespace {
 
@@ -36,6 +39,19 @@ int ReportUsageError(const CLI::App& app, std::string_view what) {
   fmt::print(stderr, "{}\nRun '{} --help' to see the flags and arguments.\n", status.ToString(),
              CommandPath(app));
   return kExitUsage;
+}
+
+int ReportFailure(const CLI::App& app, const Status& status) {
+  return status.code() == Code::kUsageError ? ReportUsageError(app, status.message()) : ReportError(status);
+}
+
+Status CheckSharedMemoryRoom(int local_ranks, std::string_view transport) {
+  if ((transport.empty() ? params::GetString(params::Id::kTransport) : std::string(transport)) == "tcp") {
+    return Status::Ok();
+  }
+  return transport::Segment::CheckRoom(local_ranks, params::GetBytes(params::Id::kShmRingBytes),
+                                       params::GetBytes(params::Id::kShmSlotBytes),
+                                       params::GetBytes(params::Id::kShmPipeBytes));
 }
 
 int ReportError(const Status& status) {

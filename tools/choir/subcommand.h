@@ -74,6 +74,8 @@ class SubcommandRegistration {
 int ReportUsageError(const CLI::App& app, std::string_view what);
 // Prints status.ToString() to stderr; returns kExitFailure.
 int ReportError(const Status& status);
+// ReportUsageError for a UsageError (with the --help hint), else ReportError.
+int ReportFailure(const CLI::App& app, const Status& status);
 // "choir doctor explain" for the app of `choir doctor explain`.
 std::string CommandPath(const CLI::App& app);
 
@@ -82,6 +84,12 @@ std::optional<SettingInfo> FindSetting(std::string_view name);
 // True when the setting's value was given by the user (environment, config
 // file or API) rather than taken from the table's default.
 bool IsSetByUser(const SettingInfo& setting);
+
+// OutOfMemory when `local_ranks` ranks of this host cannot have their
+// shared-memory segments with the CHOIR_SHM_* settings in effect
+// (transport::Segment::CheckRoom); Ok when `transport` (the ranks' transport,
+// "" for CHOIR_TRANSPORT) is tcp and they make none.
+Status CheckSharedMemoryRoom(int local_ranks, std::string_view transport);
 
 }  // namespace choir::cli
 

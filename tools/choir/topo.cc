@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/files.h"
+#include "base/json_text.h"
 #include "base/strings.h"
 #include "choir/topology.h"
 #include "subcommand.h"
@@ -182,7 +183,7 @@ class TopoCommand : public Subcommand {
       } else {
         out["error"] = StatusJson(loaded.status());
       }
-      fmt::print("{}\n", out.dump(2, ' ', false, ojson::error_handler_t::replace));
+      fmt::print("{}\n", JsonDump(out, 2));
       return loaded.ok() ? kExitOk : kExitFailure;
     }
     if (!loaded.ok()) return ReportError(loaded.status());
@@ -297,7 +298,7 @@ class TopoCommand : public Subcommand {
       out["plan_error"] = StatusJson(plan.status());
     }
     if (!write_.empty()) out["written"] = write_;
-    fmt::print("{}\n", out.dump(2, ' ', false, ojson::error_handler_t::replace));
+    fmt::print("{}\n", JsonDump(out, 2));
   }
 
   CLI::App* app_ = nullptr;

@@ -1,12 +1,12 @@
 #include "transport/shm/segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <sys/mman.h>
-#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -14,13 +14,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstddef>
 #include <climits>
+#include <cstddef>
 #include <cstring>
-#include <fstream>
 #include <new>
 
 #include "base/fd.h"
+#include "base/files.h"
 #include "base/logging.h"
 #include "base/strings.h"
 
@@ -85,13 +85,7 @@ Status Segment::CheckRoom(int local_ranks, size_t ring_bytes, size_t area_slot_b
   struct statvfs fs {};
   const uint64_t shm_bytes =
       statvfs(shm_dir.c_str(), &fs) == 0 ? static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize : 0;
-  uint64_t memory = 0;
-  std::ifstream in(meminfo);
-  std::string key, unit;
-  uint64_t kib = 0;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemTotal:") memory = kib * 1024;
-  }
+  const uint64_t memory = files::ReadMeminfoBytes("MemTotal", meminfo);
   // Unknown sizes are not held against the job.
   const bool too_big_for_shm = shm_bytes > 0 && need > shm_bytes;
   const bool too_big_for_memory = memory > 0 && need > memory;
