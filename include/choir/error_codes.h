@@ -103,6 +103,9 @@
   X(AuthFailed, 310, false, "A peer or store failed authentication.",                            \
     "The shared secret differs between ranks; a foreign process tried to join the job.",        \
     "Give every rank the same CHOIR_AUTH_SECRET (the launcher does this for you).")             \
+  X(UnknownHost, 311, false, "A host name cannot be resolved to an IPv4 address.",               \
+    "A typo in --master-addr, MASTER_ADDR or --listen; a name missing from DNS or /etc/hosts.",  \
+    "Check the name with `getent ahostsv4 NAME`, or give the IPv4 address instead.")           \
   X(CollectiveTimeout, 400, true, "A collective did not complete before its deadline.",          \
     "A peer is slow, stuck in other code, or never issued this collective; a deadlock in the "  \
     "application (ranks call collectives in different orders).",                                \

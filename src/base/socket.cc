@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -39,8 +40,12 @@ Result<sockaddr_in> Resolve(const std::string& host, int port) {
   addrinfo* res = nullptr;
   const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
   if (rc != 0 || res == nullptr) {
-    return Status(Code::kStoreUnreachable,
-                  "cannot resolve host '" + host + "': " + gai_strerror(rc));
+    // A name server that does not answer may answer later; a name that does
+    // not exist will not.
+    const bool temporary = rc == EAI_AGAIN || rc == EAI_SYSTEM || rc == EAI_MEMORY;
+    return Status(temporary ? Code::kSocketError : Code::kUnknownHost,
+                  fmt::format("cannot resolve host '{}' to an IPv4 address: {}", host,
+                              rc != 0 ? gai_strerror(rc) : "no address"));
   }
   addr.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
   freeaddrinfo(res);

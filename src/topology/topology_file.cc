@@ -41,6 +41,9 @@ constexpr Code kBadFile = Code::kBadTopologyFile;
 constexpr size_t kMaxFileBytes = 16u << 20;   // rank tables are kilobytes
 constexpr int64_t kMaxPlaceNumber = 1 << 20;  // package, NUMA and CPU numbers
 constexpr size_t kMaxInterfaceLength = 15;    // Linux IFNAMSIZ - 1
+constexpr double kMinBandwidthGbps = 0.001;    // link classes: 1 MB/s ...
+constexpr double kMaxBandwidthGbps = 100000;   // ... to 100 TB/s
+constexpr double kMaxLatencyUs = 10000000;     // 10 s
 
 const char* const kLinkNames[] = {"intra_group", "intra_host", "inter_host"};
 
@@ -455,17 +458,21 @@ class TopologyFileReader {
       if (const JsonValue* bw = Get(m.value, "bandwidth_gbps")) {
         const std::string bw_field = field + ".bandwidth_gbps";
         CHOIR_ASSIGN_OR_RETURN(link->bandwidth_gbps, ReadNumber(*bw, bw_field));
-        if (!(link->bandwidth_gbps > 0)) {
+        // From a slow WAN link to far beyond any memory bus: outside it the
+        // cost model's times turn into 0 or inf.
+        if (!(link->bandwidth_gbps >= kMinBandwidthGbps && link->bandwidth_gbps <= kMaxBandwidthGbps)) {
           return Error(bw->line, bw_field,
-                       fmt::format("bandwidth must be > 0 GB/s, not {}", link->bandwidth_gbps));
+                       fmt::format("bandwidth must be {} to {} GB/s, not {}", kMinBandwidthGbps,
+                                   kMaxBandwidthGbps, link->bandwidth_gbps));
         }
       }
       if (const JsonValue* lat = Get(m.value, "latency_us")) {
         const std::string lat_field = field + ".latency_us";
         CHOIR_ASSIGN_OR_RETURN(link->latency_us, ReadNumber(*lat, lat_field));
-        if (link->latency_us < 0) {
+        if (!(link->latency_us >= 0 && link->latency_us <= kMaxLatencyUs)) {
           return Error(lat->line, lat_field,
-                       fmt::format("latency must be >= 0 us, not {}", link->latency_us));
+                       fmt::format("latency must be 0 to {} us, not {}", kMaxLatencyUs,
+                                   link->latency_us));
         }
       }
     }

@@ -276,12 +276,12 @@ TEST(TopologyFileTest, Bandwidth) {
     "inter_host": {"bandwidth_gbps": -3, "latency_us": 20}
   }
 })",
-              3, "links.inter_host.bandwidth_gbps", "bandwidth must be > 0 GB/s, not -3");
+              3, "links.inter_host.bandwidth_gbps", "bandwidth must be 0.001 to 100000 GB/s, not -3");
   ExpectError(R"({"version": 1, "hosts": [{"name": "a", "ranks": [0]}],
   "links": {"intra_host": {
     "bandwidth_gbps": 0}}
 })",
-              3, "links.intra_host.bandwidth_gbps", "bandwidth must be > 0 GB/s, not 0");
+              3, "links.intra_host.bandwidth_gbps", "bandwidth must be 0.001 to 100000 GB/s, not 0");
   ExpectError(R"({"version": 1, "hosts": [{"name": "a", "ranks": [0]}],
   "links": {"intra_host": {"bandwidth_gbps": "fast"}}
 })",
@@ -297,7 +297,22 @@ TEST(TopologyFileTest, Bandwidth) {
   ExpectError(R"({"version": 1, "hosts": [{"name": "a", "ranks": [0]}],
   "links": {"intra_group": {"latency_us": -0.5}}
 })",
-              2, "links.intra_group.latency_us", "latency must be >= 0 us, not -0.5");
+              2, "links.intra_group.latency_us", "latency must be 0 to 10000000 us, not -0.5");
+  // Tiny or huge values would turn the cost model's times into inf or 0.
+  ExpectError(R"({"version": 1, "hosts": [{"name": "a", "ranks": [0]}],
+  "links": {"inter_host": {"bandwidth_gbps": 1e-320}}
+})",
+              2, "links.inter_host.bandwidth_gbps",
+              "bandwidth must be 0.001 to 100000 GB/s, not 1e-320");
+  ExpectError(R"({"version": 1, "hosts": [{"name": "a", "ranks": [0]}],
+  "links": {"inter_host": {"bandwidth_gbps": 1e300}}
+})",
+              2, "links.inter_host.bandwidth_gbps",
+              "bandwidth must be 0.001 to 100000 GB/s, not 1e+300");
+  ExpectError(R"({"version": 1, "hosts": [{"name": "a", "ranks": [0]}],
+  "links": {"inter_host": {"latency_us": 1e300}}
+})",
+              2, "links.inter_host.latency_us", "latency must be 0 to 10000000 us, not 1e+300");
 }
 
 TEST(TopologyFileTest, PartialLinksKeepDefaults) {

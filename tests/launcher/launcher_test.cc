@@ -908,6 +908,13 @@ TEST(CliInputTest, OtherSubcommandsRefuseBadInputWithNumberedErrors) {
       {{"run", "--master-port", "-1", "-n", "1", "true"}, {}, 2, "E602 UsageError: --master-port must be in 1..65534"},
       {{"run", "--job-id", "a b", "-n", "1", "true"}, {}, 2,
        "E602 UsageError: --job-id must be printable ASCII without spaces, got 'a b'"},
+      // A name that does not resolve is reported before any rank starts (the
+      // ranks would otherwise retry the store until their timeout).
+      {{"run", "--master-addr", "nohost.invalid", "-n", "1", "true"}, {}, 2,
+       "E602 UsageError: --master-addr (or MASTER_ADDR): cannot resolve host 'nohost.invalid' to an IPv4 address"},
+      {{"run", "--nnodes", "2", "--node-rank", "1", "-n", "1", "true"}, {"MASTER_ADDR=nohost.invalid"}, 2,
+       "E602 UsageError: --master-addr (or MASTER_ADDR): cannot resolve host 'nohost.invalid'"},
+      {{"exporter", "--listen", "nohost.invalid:0"}, {}, 1, "E311 UnknownHost: choir exporter --listen nohost.invalid:0"},
   };
   for (const auto& [args, env, code, expected] : cases) {
     const Outcome r = RunChoir(args, env, 20);

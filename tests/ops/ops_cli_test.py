@@ -271,9 +271,19 @@ class DoctorCliTest(unittest.TestCase):
         self.assertIn("E501", err)
 
     def test_unreadable_root(self):
-        code, out, err = run([CHOIR, "doctor", "--root", os.path.join(self.tmp, "nothing-here")])
+        # A root that holds nothing: every fact is reported unreadable.
+        empty = os.path.join(self.tmp, "empty-root")
+        os.mkdir(empty)
+        code, out, err = run([CHOIR, "doctor", "--root", empty])
         self.assertIn(code, (0, 1), err)
         self.assertIn("could not be read", out)
+        # A root that is not a directory is a mistyped flag.
+        for root, why in [(os.path.join(self.tmp, "nothing-here"), "No such file or directory"),
+                          ("/dev/null", "not a directory"), ("", "No such file or directory")]:
+            code, out, err = run([CHOIR, "doctor", "--root", root])
+            self.assertEqual(code, 2, err)
+            self.assertIn("E602", err)
+            self.assertIn("--root %s: %s" % (root, why), err)
 
     def test_port_in_use_names_holder(self):
         with socket.socket() as s:
@@ -318,6 +328,13 @@ class DoctorClusterTest(unittest.TestCase):
         self.assertEqual(doc["differences"], [])
         self.assertEqual(len(doc["links"]), 1)
         self.assertGreater(doc["links"][0]["bandwidth_bytes_per_second"], 0)
+
+    def test_ranks_of_one_host_get_labels_of_their_own(self):
+        script = 'CHOIR_HOST_ID=same exec "$0" doctor --cluster --bytes 64K --iters 2'
+        code, out, err = run([CHOIR, "run", "-n", "2", "--", "sh", "-c", script, CHOIR], timeout=120)
+        self.assertEqual(code, 0, out + err)
+        self.assertIn("choir doctor --cluster: 2 hosts: same#0,same#1", out)
+        self.assertIn("same#0 <-> same#1: reachable", out)
 
     def test_outside_a_job(self):
         code, out, err = run([CHOIR, "doctor", "--cluster"], env={"WORLD_SIZE": "", "RANK": ""}, timeout=30)

@@ -254,11 +254,13 @@ int RunDoctorCluster(const ClusterOptions& options) {
     hosts.push_back(p.value("host", "rank" + std::to_string(r)));
     prints.push_back(std::move(p));
   }
-  // Several ranks on one host id: keep the labels apart.
+  // Several ranks on one host id: keep the labels apart (counted before any
+  // label changes, so that every rank of the host gets its suffix).
+  std::map<std::string, int> ranks_of_host;
+  for (const std::string& h : hosts) ++ranks_of_host[h];
   for (int r = 0; r < n; ++r) {
-    if (std::count(hosts.begin(), hosts.end(), hosts[static_cast<size_t>(r)]) > 1) {
-      hosts[static_cast<size_t>(r)] += "#" + std::to_string(r);
-    }
+    std::string& label = hosts[static_cast<size_t>(r)];
+    if (ranks_of_host[label] > 1) label += "#" + std::to_string(r);
   }
 
   // 2. Latency and bandwidth per pair, in a fixed order on every rank. A

@@ -15,7 +15,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -60,6 +62,18 @@ class DoctorCommand : public Subcommand {
     if (cluster_flag_()) return RunCluster();
     if (!root_.empty() && !facts_file_.empty())
       return ReportUsageError(*app_, "give --root or --facts, not both");
+    if (app_->count("--root") > 0) {
+      // A mistyped root would otherwise read as a host where nothing can be read.
+      struct stat st {};
+      const bool exists = stat(root_.c_str(), &st) == 0;
+      const int err = errno;
+      if (!exists || !S_ISDIR(st.st_mode)) {
+        return ReportUsageError(
+            *app_, fmt::format("--root {}: {}; give the directory that holds the proc, sys, etc "
+                               "and dev/shm to read",
+                               root_, exists ? "not a directory" : std::strerror(err)));
+      }
+    }
     for (int p : ports_) {
       if (p < 1 || p > 65535)
         return ReportUsageError(*app_, fmt::format("--port {} is outside 1..65535", p));

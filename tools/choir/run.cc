@@ -311,6 +311,13 @@ class RunCommand : public Subcommand {
       return ReportUsageError(*app_, "--job-id must be printable ASCII without spaces, got '" + job_id_ + "'");
     }
     if (master_addr_.empty()) master_addr_ = "127.0.0.1";
+    // Every rank connects to the store by this name: a name that does not
+    // resolve is a mistake to report now, not after the ranks' timeout.
+    if (Result<sockaddr_in> addr = net::Resolve(master_addr_, 0);
+        !addr.ok() && addr.status().code() == Code::kUnknownHost) {
+      return ReportUsageError(*app_, "--master-addr (or MASTER_ADDR): " + addr.status().message() +
+                                         "; give node 0's IPv4 address or a name every node resolves");
+    }
     // A host's ranks share memory through segments that grow with the square
     // of their number. Whether the program's ranks make them is theirs to
     // know (each checks before it reserves: connect.cc), so a count this host

@@ -1,5 +1,6 @@
 #include "transport/shm/shared_buffers.h"
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -12,6 +13,9 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+
+#include "base/files.h"
+#include "base/strings.h"
 
 namespace choir::transport {
 namespace {
@@ -60,6 +64,15 @@ Result<void*> AllocateShared(size_t bytes) {
                                               std::to_string(bytes) + " bytes");
   }
   const size_t rounded = (bytes + page - 1) / page * page;
+  // The mapping is populated at once: more than the host has free would
+  // bring the out-of-memory killer instead of an error.
+  if (const uint64_t available = files::ReadMeminfoBytes("MemAvailable");
+      available > 0 && rounded > available) {
+    return Status(Code::kOutOfMemory,
+                  fmt::format("a shared buffer of {} does not fit the {} of memory this host has "
+                              "available (MemAvailable); allocate less or free memory first",
+                              strings::FormatBytes(rounded), strings::FormatBytes(available)));
+  }
   const int fd = memfd_create("choir-buffer", MFD_CLOEXEC);
   if (fd < 0) return Failure(errno, "memfd_create for a shared buffer", "; too many open files? raise ulimit -n");
   if (ftruncate(fd, static_cast<off_t>(rounded)) != 0) {

@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "choir/shared_buffer.h"
@@ -59,6 +60,20 @@ TEST(SharedBufferTest, ZeroBytesIsAnInvalidArgument) {
   auto b = SharedBuffer::Allocate(0);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), Code::kInvalidArgument);
+  auto huge = SharedBuffer::Allocate((size_t{1} << 46) + 1);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), Code::kInvalidArgument);
+}
+
+TEST(SharedBufferTest, MoreThanTheHostHasFreeIsOutOfMemoryNotTheOomKiller) {
+  // 64 TiB is within the size limit and beyond any host's free memory.
+  auto b = SharedBuffer::Allocate(size_t{1} << 46);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), Code::kOutOfMemory);
+  const std::string& message = b.status().message();
+  EXPECT_EQ(message.rfind("a shared buffer of 64 TiB does not fit the ", 0), 0u) << message;
+  EXPECT_NE(message.find("of memory this host has available (MemAvailable)"), std::string::npos)
+      << message;
 }
 
 // A child process owns shared buffers filled with a pattern and sends their
