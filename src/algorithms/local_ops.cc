@@ -12,6 +12,19 @@
 #include "kernels/reduce.h"
 
 namespace choir::algorithms {
+namespace {
+
+// SlotHeader::history after an operation with this signature (a 32-bit mix;
+// a disagreement goes unseen with odds of 1 in 4 billion).
+uint32_t NextHistory(uint32_t history, uint64_t sig, uint64_t count) {
+  uint64_t x = (uint64_t{history} << 32 | history) ^ sig ^ (count * 0x9e3779b97f4a7c15ull);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+
+}  // namespace
 
 size_t SharedReduceStreamingBytes(int local_ranks, bool ranks_share_cpus, size_t l3_bytes) {
   constexpr size_t kLeast = 8u << 20;
@@ -32,6 +45,7 @@ bool LocalGroupUsable(const Context& c) {
 
 AreaOp::AreaOp(Context& c, size_t payload) : ctx_(&c), group_(c.local_group()) {
   id_ = group_->next_id++;
+  history_ = group_->history;
   small_ = payload <= transport::kSmallSlotPayload;
   depth_ = small_ ? transport::kSmallSlots : transport::kAreaSlots;
   slot_ = static_cast<int>(id_ % static_cast<uint64_t>(depth_));
@@ -73,7 +87,9 @@ void AreaOp::Publish(uint64_t bytes) {
   transport::SlotHeader* h = header(me());
   h->sig = ctx_->sig_word();
   h->count = ctx_->sig_count();
-  h->bytes = bytes;
+  h->bytes = static_cast<uint32_t>(std::min<uint64_t>(bytes, UINT32_MAX));
+  h->history = history_;
+  group_->history = NextHistory(history_, h->sig, h->count);
   h->id.store(id_, std::memory_order_release);
   group_->NotifyPeers();
 }
@@ -81,6 +97,14 @@ void AreaOp::Publish(uint64_t bytes) {
 Status AreaOp::CheckSignature(int p, const transport::SlotHeader* h) const {
   if (h->sig != ctx_->sig_word() || h->count != ctx_->sig_count()) {
     return ctx_->Mismatch(h->sig, h->count, group_->ranks[static_cast<size_t>(p)]);
+  }
+  if (h->history != history_) {
+    return Status(Code::kCollectiveMismatch,
+                  fmt::format("rank {} and this rank called different collectives earlier, in one that "
+                              "read nothing from the other (a broadcast, scatter, reduce or gather whose "
+                              "ranks named different roots, for instance): its results are wrong on one "
+                              "of them. Make every rank make the same calls with the same root",
+                              group_->ranks[static_cast<size_t>(p)]));
   }
   return Status::Ok();
 }

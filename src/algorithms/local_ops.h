@@ -127,6 +127,7 @@ class AreaOp {
   bool small_;
   int depth_;  // slots in this operation's ring
   int slot_;
+  uint32_t history_;  // SlotHeader::history this rank publishes, and expects of its peers
   // Whose slots this operation read: kReadNone, kReadAll or one local index
   // (FinishReads prefetches those peers' next slots, and only those).
   static constexpr int kReadNone = -1;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include "algorithms/switch_points.h"
@@ -338,15 +339,24 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
 
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back("hello/" + std::to_string(r));
-  Status waited = scoped->Wait(keys, Remaining(deadline));
+  // A store call takes at most 65536 keys (choir/store.h): larger worlds wait in parts.
+  constexpr size_t kKeysPerWait = size_t{1} << 16;
+  Status waited;
+  for (size_t first = 0; first < keys.size() && waited.ok(); first += kKeysPerWait) {
+    const auto part = std::span(keys).subspan(first, std::min(kKeysPerWait, keys.size() - first));
+    waited = scoped->Wait(std::vector<std::string>(part.begin(), part.end()), Remaining(deadline));
+  }
   if (!waited.ok()) {
     std::vector<int> missing;
     for (int r = 0; r < size; ++r) {
       auto have = scoped->Check({keys[static_cast<size_t>(r)]});
       if (have.ok() && !*have) missing.push_back(r);
     }
-    std::string list;
-    for (int r : missing) list += (list.empty() ? "" : ",") + std::to_string(r);
+    std::string list = strings::FormatRanks(missing);  // ranges: a world of 100000 ranks stays readable
+    if (list.size() > 400) {
+      const size_t cut = list.rfind(',', 400);
+      list = fmt::format("{} and more ({} in all)", list.substr(0, cut), missing.size());
+    }
     if (waited.code() != Code::kStoreTimeout || missing.empty()) {
       return waited.WithContext("rank " + std::to_string(rank) + " joining communicator '" + config.name + "'");
     }

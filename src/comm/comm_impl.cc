@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "base/fork.h"
 #include "base/logging.h"
 #include "comm/work_state.h"
 
@@ -17,7 +18,25 @@ CommImpl::CommImpl(std::shared_ptr<Store> store, std::shared_ptr<Store> scoped, 
                    CommConfig config)
     : store_(std::move(store)), scoped_(std::move(scoped)), rank_(rank), size_(size), config_(std::move(config)) {}
 
-CommImpl::~CommImpl() { engine_->Drain(); }
+CommImpl::~CommImpl() {
+  if (ForkedCopy()) {
+    // The threads that ran the queue are the parent's, the sockets, segments
+    // and registry file the parent still uses: leave them all to it.
+    new std::shared_ptr<Engine>(std::move(engine_));
+    (void)endpoint_.release();
+    new std::shared_ptr<diag::CommMetrics>(std::move(metrics_));
+    return;
+  }
+  engine_->Drain();
+}
+
+Status CommImpl::ForkedCopyError(const char* what) const {
+  return Status(Code::kNotSupported,
+                fmt::format("rank {}: {} in process {}, a child forked from process {} that created "
+                            "communicator '{}': its threads and connections stay with that process. "
+                            "Create a communicator in the child, or fork before creating one",
+                            rank_, what, getpid(), creator_pid_, config_.name));
+}
 
 Status CommImpl::sticky() const {
   if (!failed_.load(std::memory_order_acquire)) return Status::Ok();
@@ -43,6 +62,10 @@ void CommImpl::Fail(const Status& status, bool broadcast) {
 
 Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
   auto state = std::make_shared<Work::State>();
+  if (ForkedCopy()) [[unlikely]] {
+    state->Complete(ForkedCopyError(algorithms::CollKindName(args.kind)), CompletionInfo{});
+    return Work(std::move(state));
+  }
   const bool p2p = args.kind == CollKind::kSend || args.kind == CollKind::kRecv;
   const bool small = args.SelectionBytes(size_) <= config_.async_bytes;
   // The state moves into the Work: a copy would cost two locked reference
@@ -175,6 +198,7 @@ Status CommImpl::RunPointToPoint(OpArgs& args, Deadline deadline, int* source) {
 }
 
 void CommImpl::Abort(const std::string& reason) {
+  if (ForkedCopy()) return;  // the parent's peers must not hear of a copy
   abort_called_.store(true);
   const Status s(Code::kAborted, fmt::format("rank {} aborted the communicator{}{}", rank_,
                                              reason.empty() ? "" : ": ", reason));

@@ -11,6 +11,8 @@
 #ifndef CHOIR_COMM_COMM_IMPL_H_
 #define CHOIR_COMM_COMM_IMPL_H_
 
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -21,6 +23,7 @@
 #include "algorithms/op.h"
 #include "algorithms/select.h"
 #include "algorithms/walk_choice.h"
+#include "base/fork.h"
 #include "choir/communicator.h"
 #include "choir/topology.h"
 #include "comm/engine.h"
@@ -129,6 +132,12 @@ class CommImpl {
     DataType dtype = DataType::kFloat32;
     const algorithms::Algorithm* algorithm = nullptr;
   } last_selection_;
+  // The process that created this communicator (base/fork.h): a forked
+  // child's copy refuses to run operations and leaves everything alone.
+  const uint64_t fork_generation_ = WatchForks();
+  const int creator_pid_ = static_cast<int>(getpid());
+  bool ForkedCopy() const { return ForkGeneration() != fork_generation_; }
+  Status ForkedCopyError(const char* what) const;
   uint64_t seq_ = 0;  // collectives executed (engine thread only)
   int splits_ = 0;    // Split calls (for unique child names)
 

@@ -2,6 +2,8 @@
 // correctness on both transports, and every failure path ending in its
 // numbered error instead of a hang.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -91,6 +93,26 @@ TEST(CommCreateTest, MissingRankTimesOutNamingIt) {
   EXPECT_EQ(comm.status().code(), Code::kStoreTimeout);
   EXPECT_NE(comm.status().message().find("rank(s) 1,2"), std::string::npos) << comm.status().ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+// In a large world the missing ranks are given as ranges, and a list that is
+// still long is cut with a count (it once ran to half a million characters).
+TEST(CommCreateTest, ManyMissingRanksAreGivenAsRangesAndCut) {
+  auto store = NewMemoryStore();
+  auto comm = Communicator::Create(store, 0, 100000, Opts("tcp", 300ms));
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), Code::kStoreTimeout);
+  EXPECT_NE(comm.status().message().find("rank 0: rank(s) 1-99999 of 100000 never joined"), std::string::npos)
+      << comm.status().ToString();
+  // Every even rank has published its hello: the odd ones are missing.
+  auto store2 = NewMemoryStore();
+  for (int r = 2; r < 2000; r += 2) ASSERT_TRUE(store2->Set("choir/world#0/hello/" + std::to_string(r), "{}").ok());
+  comm = Communicator::Create(store2, 0, 2000, Opts("tcp", 300ms));
+  ASSERT_FALSE(comm.ok());
+  const std::string& message = comm.status().message();
+  EXPECT_NE(message.find("rank(s) 1,3,5,7,"), std::string::npos) << message;
+  EXPECT_NE(message.find(" and more (1000 in all) of 2000 never joined"), std::string::npos) << message;
+  EXPECT_LT(message.size(), 1000u) << message;
 }
 
 TEST(CommCreateTest, JobMismatchIsRefused) {
@@ -793,6 +815,84 @@ TEST(CommFailureTest, FullCheckCatchesRootMismatchAtOnce) {
     return Status::Ok();
   }, Opts("tcp", 10s));
   ExpectAllOk(results);
+}
+
+// A small broadcast or scatter root reads nobody's slot, so ranks that each
+// name themselves the root all finish it; the next collective that reads a
+// peer's slot finds that the ranks' histories differ, on every rank.
+TEST(CommFailureTest, RootsThatDisagreeInAFlatBroadcastOrScatterAreFoundAtTheNextCollective) {
+  for (const bool scatter : {false, true}) {
+    for (int n : {2, 3}) {
+      auto results = RunRanks(n, [scatter, n](Communicator& comm) -> Status {
+        // 2 ranks: each is its own root; 3 ranks: roots 0, 0 and 2.
+        const int root = n == 2 ? comm.rank() : (comm.rank() == 2 ? 2 : 0);
+        std::vector<float> in(4 * static_cast<size_t>(n), 1.0f), out(4);
+        Status s = scatter ? comm.Scatter(in.data(), out.data(), 4, DataType::kFloat32, root).Wait()
+                           : comm.Broadcast(in.data(), in.data(), 4, DataType::kFloat32, root).Wait();
+        if (!s.ok()) return Status(Code::kInternal, "the flat call itself failed: " + s.ToString());
+        s = comm.Allreduce(out.data(), out.data(), 4, DataType::kFloat32, ReduceOp::kSum).Wait();
+        if (s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "want E401, got " + s.ToString());
+        if (s.message().find("called different collectives earlier") == std::string::npos) {
+          return Status(Code::kInternal, "uninformative: " + s.ToString());
+        }
+        return Status::Ok();
+      }, Opts("shm", 10s));
+      SCOPED_TRACE(std::to_string(n) + (scatter ? " ranks, scatter" : " ranks, broadcast"));
+      ExpectAllOk(results);
+    }
+  }
+}
+
+// A child forked from a rank's process holds a copy of its communicators: it
+// may not run operations (they would be matched against the parent's peers)
+// or abort them, and destroying a copy leaves the parent's connections,
+// segments and threads alone.
+TEST(CommFailureTest, AForkedChildCannotUseItsParentsCommunicator) {
+  for (const std::string transport : {"shm", "tcp"}) {
+    auto results = RunRanks(2, [](Communicator& comm) -> Status {
+      auto sub = comm.Split(0, comm.rank());
+      if (!sub.ok()) return sub.status();
+      std::vector<int32_t> v(4, comm.rank() + 1);
+      if (comm.rank() == 0) {
+        int fds[2];
+        if (pipe(fds) != 0) return Status(Code::kInternal, "pipe failed");
+        const pid_t child = fork();
+        if (child == 0) {
+          std::vector<int32_t> w(4, 7);
+          const Status s = comm.Allreduce(w.data(), w.data(), 4, DataType::kInt32, ReduceOp::kSum).Wait();
+          comm.Abort("from the child");
+          sub->reset();  // destroys the child's copy
+          const std::string report = s.ToString();
+          const ssize_t written = write(fds[1], report.data(), report.size());
+          _exit(written == static_cast<ssize_t>(report.size()) ? 0 : 1);
+        }
+        close(fds[1]);
+        std::string report;
+        char buf[512];
+        for (ssize_t k; (k = read(fds[0], buf, sizeof(buf))) > 0;) report.append(buf, static_cast<size_t>(k));
+        close(fds[0]);
+        int wstatus = 0;
+        waitpid(child, &wstatus, 0);
+        if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+          return Status(Code::kInternal, "the child ended with status " + std::to_string(wstatus));
+        }
+        if (report.rfind("E502 NotSupported: rank 0: allreduce in process ", 0) != 0 ||
+            report.find(", a child forked from process " + std::to_string(getpid())) == std::string::npos) {
+          return Status(Code::kInternal, "the child got: " + report);
+        }
+      }
+      // The parent's communicators still work, and nothing was taken from them.
+      Status s = comm.Allreduce(v.data(), v.data(), 4, DataType::kInt32, ReduceOp::kSum).Wait();
+      if (!s.ok()) return s;
+      if (v[0] != 3 || v[3] != 3) return Status(Code::kInternal, "allreduce gave " + std::to_string(v[0]));
+      s = (*sub)->Allreduce(v.data(), v.data(), 4, DataType::kInt32, ReduceOp::kSum).Wait();
+      if (!s.ok()) return s;
+      if (v[0] != 6 || v[3] != 6) return Status(Code::kInternal, "split allreduce gave " + std::to_string(v[0]));
+      return Status::Ok();
+    }, Opts(transport, 10s));
+    SCOPED_TRACE(transport);
+    ExpectAllOk(results);
+  }
 }
 
 TEST(CommFailureTest, TimeoutNamesSilentRankAndProgress) {

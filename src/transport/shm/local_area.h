@@ -61,7 +61,13 @@ struct SlotHeader {
   std::atomic<uint64_t> id;  // op id whose data the slot holds
   uint64_t sig;              // collective signature word
   uint64_t count;            // signature count
-  uint64_t bytes;            // payload bytes in the slot
+  uint32_t bytes;            // payload bytes in the slot (capped; read accounting only)
+  // A hash of the signatures of this rank's earlier operations on the area.
+  // A peer compares it with its own: operations in which no rank reads
+  // another's slot (a broadcast whose ranks name different roots) cannot
+  // compare signatures when they run, so a disagreement shows here, at the
+  // next operation that reads.
+  uint32_t history;
 };
 static_assert(sizeof(SlotHeader) == 32);
 

@@ -36,6 +36,7 @@ struct LocalGroup {
   // of k-1, so seeing k from everyone proves k-1 read) and by the
   // read_through values AreaOp::Acquire had to read.
   uint64_t read_by_all = 0;
+  uint32_t history = 0;                 // SlotHeader::history of this rank's next operation
   PeerBufferMaps peer_buffers;          // local peers' SharedBuffers mapped here
 
   int size() const { return static_cast<int>(ranks.size()); }
