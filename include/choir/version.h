@@ -12,8 +12,10 @@ inline constexpr int kVersionMinor = 1;
 inline constexpr int kVersionPatch = 0;
 inline constexpr const char* kVersionString = "0.1.0";
 // Version of the bytes on the wire (store protocol, peer handshake, message
-// headers). Peers with another protocol version refuse each other.
-inline constexpr int kProtocolVersion = 1;
+// headers, shared-memory layout). Peers with another protocol version refuse
+// each other. 2: point-to-point headers carry the data type, shared slot
+// headers a history of signatures.
+inline constexpr int kProtocolVersion = 2;
 
 // "0.1.0 (RelWithDebInfo, gcc 12.2.0, asan=off)".
 const char* BuildString();

@@ -180,6 +180,7 @@ Status CommImpl::RunPointToPoint(OpArgs& args, Deadline deadline, int* source) {
   transport::MsgHeader h;
   h.kind = static_cast<uint32_t>(transport::MsgKind::kP2P);
   h.seq = static_cast<uint64_t>(static_cast<uint32_t>(args.tag));
+  h.sig = static_cast<uint64_t>(args.dtype);  // a Recv of another type is a mismatch, as in collectives
   h.length = args.count * args.elem_size();
   transport::RunHooks hooks;
   hooks.deadline = deadline;

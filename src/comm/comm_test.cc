@@ -895,6 +895,46 @@ TEST(CommFailureTest, AForkedChildCannotUseItsParentsCommunicator) {
   }
 }
 
+// A Recv of another data type than its Send is a mismatch, whether the
+// message arrives while the Recv waits or was stashed before it.
+TEST(CommFailureTest, PointToPointOfAnotherDataTypeIsAMismatch) {
+  for (const std::string transport : {"shm", "tcp"}) {
+    auto results = RunRanks(2, [](Communicator& comm) -> Status {
+      std::vector<float> f(4, 1.5f);
+      std::vector<int32_t> i(4);
+      if (comm.rank() == 0) {
+        for (int tag : {2, 1}) {
+          if (Status s = comm.Send(f.data(), 4, DataType::kFloat32, 1, tag).Wait(); !s.ok()) return s;
+        }
+        return Status::Ok();
+      }
+      // Tag 1 as float32 (tag 2 is stashed on the way), then tag 2 as int32.
+      Status s = comm.Recv(f.data(), 4, DataType::kFloat32, 0, 1).Wait();
+      if (!s.ok()) return s;
+      s = comm.Recv(i.data(), 4, DataType::kInt32, 0, 2).Wait();
+      if (s.code() != Code::kCollectiveMismatch ||
+          s.message().find("sent float32 elements with tag 2 but this Recv expects int32") == std::string::npos) {
+        return Status(Code::kInternal, "want E401 naming both types, got " + s.ToString());
+      }
+      if (i[0] != 0) return Status(Code::kInternal, "the receive buffer was written");
+      return Status::Ok();
+    }, Opts(transport, 10s));
+    SCOPED_TRACE(transport);
+    ExpectAllOk(results);
+  }
+  auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    std::vector<float> f(4, 1.5f);
+    std::vector<int32_t> i(4);
+    if (comm.rank() == 0) return comm.Send(f.data(), 4, DataType::kFloat32, 1, 3).Wait();
+    const Status s = comm.Recv(i.data(), 4, DataType::kInt32, 0, 3).Wait();
+    if (s.code() != Code::kCollectiveMismatch || s.message().find("but this Recv expects int32") == std::string::npos) {
+      return Status(Code::kInternal, "want E401, got " + s.ToString());
+    }
+    return Status::Ok();
+  }, Opts("tcp", 10s));
+  ExpectAllOk(results);
+}
+
 TEST(CommFailureTest, TimeoutNamesSilentRankAndProgress) {
   params::ScopedOverride stall("CHOIR_STALL_SECONDS", "0.1");
   std::atomic<bool> rank0_done{false};

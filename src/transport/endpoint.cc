@@ -2,6 +2,7 @@
 
 #include <emmintrin.h>
 #include <sched.h>
+#include <fmt/format.h>
 #include <sys/epoll.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "base/logging.h"
 #include "base/strings.h"
+#include "choir/types.h"
 #include "diag/metrics.h"
 
 namespace choir::transport {
@@ -93,10 +95,19 @@ Status Endpoint::ReadAbortMessage(Channel& ch) {
   return RemoteFailure(ch, static_cast<int>(h.sig), text);
 }
 
-bool Endpoint::TakeFromStash(Xfer& x, int peer) {
+Status Endpoint::P2PTypeMismatch(uint64_t sent, const Xfer& x, const std::string& from) const {
+  return Status(Code::kCollectiveMismatch,
+                fmt::format("{} sent {} elements with tag {} but this Recv expects {}: give Send and Recv the same "
+                            "data type",
+                            from, DataTypeName(static_cast<DataType>(sent)), x.header.seq,
+                            DataTypeName(static_cast<DataType>(x.header.sig))));
+}
+
+Result<bool> Endpoint::TakeFromStash(Xfer& x, int peer) {
   auto& q = stash_[static_cast<size_t>(peer)];
   for (auto it = q.begin(); it != q.end(); ++it) {
     if (it->tag != x.header.seq) continue;
+    if (it->sig != x.header.sig) return P2PTypeMismatch(it->sig, x, "rank " + std::to_string(peer));
     if (it->data.size() > x.header.length) return false;  // StepRecv reports the size error
     std::copy(it->data.begin(), it->data.end(), x.recv_data);
     x.matched_length = it->data.size();
@@ -123,7 +134,8 @@ Result<bool> Endpoint::ContinueStash(Channel& ch) {
   }
   CHOIR_ASSIGN_OR_RETURN(bool progressed, ch.ReadPayload(s.xfer));
   if (s.xfer.complete) {
-    stash_[static_cast<size_t>(ch.peer())].push_back(Stashed{s.xfer.header.seq, std::move(s.data)});
+    stash_[static_cast<size_t>(ch.peer())].push_back(
+        Stashed{s.xfer.header.seq, s.xfer.header.sig, std::move(s.data)});
     s = StashInProgress{};
     return true;
   }
@@ -132,7 +144,10 @@ Result<bool> Endpoint::ContinueStash(Channel& ch) {
 
 Result<bool> Endpoint::StepRecv(Xfer& x, Channel& ch, const RunHooks& hooks) {
   const bool want_p2p = x.header.kind == static_cast<uint32_t>(MsgKind::kP2P);
-  if (want_p2p && !x.header_done && TakeFromStash(x, ch.peer())) return true;
+  if (want_p2p && !x.header_done) {
+    CHOIR_ASSIGN_OR_RETURN(const bool taken, TakeFromStash(x, ch.peer()));
+    if (taken) return true;
+  }
   if (stash_progress_[static_cast<size_t>(ch.peer())].active) return ContinueStash(ch);
   if (!x.header_done) {
     CHOIR_ASSIGN_OR_RETURN(bool have, ch.PollHeader());
@@ -144,6 +159,7 @@ Result<bool> Endpoint::StepRecv(Xfer& x, Channel& ch, const RunHooks& hooks) {
     if (want_p2p) {
       if (!got_p2p) return false;  // the peer is inside a collective; wait for it
       if (h.seq != x.header.seq) return ContinueStash(ch);
+      if (h.sig != x.header.sig) return P2PTypeMismatch(h.sig, x, ch.Describe());
       if (h.length > x.header.length) {
         return Status(Code::kBufferTooSmall,
                       "message with tag " + std::to_string(h.seq) + " from " + ch.Describe() +
@@ -168,7 +184,8 @@ Result<bool> Endpoint::StepRecv(Xfer& x, Channel& ch, const RunHooks& hooks) {
 Result<bool> Endpoint::StepAnySource(Xfer& x, const RunHooks& hooks) {
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    if (TakeFromStash(x, p)) return true;
+    CHOIR_ASSIGN_OR_RETURN(const bool taken, TakeFromStash(x, p));
+    if (taken) return true;
   }
   bool progressed = false;
   for (int p = 0; p < size_; ++p) {

@@ -153,7 +153,10 @@ class Endpoint {
   Result<bool> StepRecv(Xfer& x, Channel& ch, const RunHooks& hooks);
   Result<bool> StepAnySource(Xfer& x, const RunHooks& hooks);
   Result<bool> ContinueStash(Channel& ch);
-  bool TakeFromStash(Xfer& x, int peer);
+  // A stashed message with x's tag from `peer`, copied into x (false: none
+  // yet); CollectiveMismatch when it holds another data type.
+  Result<bool> TakeFromStash(Xfer& x, int peer);
+  Status P2PTypeMismatch(uint64_t sent, const Xfer& x, const std::string& from) const;
   Status ReadAbortMessage(Channel& ch);
   // The error for a receive from a peer whose bye has arrived.
   Status Departed(const Channel& ch, const Xfer& x) const;
@@ -171,6 +174,7 @@ class Endpoint {
 
   struct Stashed {
     uint64_t tag;
+    uint64_t sig;  // the sender's data type
     std::vector<uint8_t> data;
   };
   struct StashInProgress {
