@@ -13,6 +13,7 @@
 
 #include "algorithms/walk_choice.h"
 #include "choir/selftest.h"
+#include "choir/settings.h"
 #include "choir/shared_buffer.h"
 #include "params/params.h"
 #include "testing/multi_rank.h"
@@ -575,7 +576,13 @@ TEST(CommPipeTest, HierarchicalStepsThroughThePipeMatchReference) {
 }
 
 TEST(CommPipeTest, BadPipeSizeIsAnInvalidSettingNamingIt) {
-  for (const char* bad : {"1000", "2G"}) {
+  // Out of the setting's range: refused where it is set.
+  const Status refused = SetSetting("CHOIR_SHM_PIPE_BYTES", "2G");
+  EXPECT_EQ(refused.code(), Code::kInvalidSetting);
+  EXPECT_NE(refused.message().find("CHOIR_SHM_PIPE_BYTES='2G' is outside 0..1G"), std::string::npos)
+      << refused.ToString();
+  // In range but not a whole number of pages: refused by every rank's Create.
+  for (const char* bad : {"1000", "4095"}) {
     params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", bad);
     auto results = RunRanks(2, [](Communicator&) -> Status { return Status::Ok(); }, Opts("shm", 10s));
     ASSERT_EQ(results.size(), 2u);
@@ -680,6 +687,72 @@ TEST(CommFailureTest, LocalValidationCodes) {
     });
     ExpectAllOk(r);
   }
+}
+
+// Counts whose sums wrap around size_t, or that describe more memory than an
+// address space holds, and buffers that overlap without being the in-place
+// layout: E100 before anything moves (they crashed, corrupted the heap or
+// gave every rank wrong data with OK).
+TEST(CommFailureTest, WrappingCountsAndOverlappingBuffersAreRefused) {
+  constexpr size_t kHalf = size_t{1} << 63;
+  constexpr size_t kCount = 1000;
+  using Call = std::function<Work(Communicator&, std::vector<int32_t>&)>;
+  const std::vector<std::pair<Call, std::string>> cases = {
+      {[](Communicator& c, auto& v) {
+         const size_t counts[] = {kHalf, kHalf};
+         return c.AlltoallV(v.data(), counts, v.data() + 8, counts, DataType::kUint8);
+       }, "no address space holds such a buffer"},
+      {[](Communicator& c, auto& v) {
+         const size_t counts[] = {1, SIZE_MAX};
+         const size_t swapped[] = {SIZE_MAX, 1};
+         return c.AllgatherV(v.data(), 1, v.data() + 8, c.rank() == 0 ? counts : swapped, DataType::kUint8);
+       }, "no address space holds such a buffer"},
+      {[](Communicator& c, auto& v) { return c.Allgather(v.data(), v.data() + 8, SIZE_MAX / 2, DataType::kUint8); },
+       "no address space holds such a buffer"},
+      {[](Communicator& c, auto& v) { return c.Allreduce(v.data(), v.data() + 1, kCount, DataType::kInt32, ReduceOp::kSum); },
+       "overlap but the call is not in place (for allreduce, in place means send == recv)"},
+      {[](Communicator& c, auto& v) { return c.Broadcast(v.data(), v.data() + 1, kCount, DataType::kInt32, c.rank()); },
+       "overlap but the call is not in place (for broadcast, in place means send == recv)"},
+      {[](Communicator& c, auto& v) {
+         return c.Allgather(v.data() + kCount / 2, v.data(), kCount / 2, DataType::kInt32);
+       }, "in place means send is this rank's block of recv"},
+      {[](Communicator& c, auto& v) {  // the root names block 1 of its send, not its own block 0
+         return c.Scatter(v.data(), v.data() + kCount / 2, kCount / 2, DataType::kInt32, 0);
+       }, "in place means recv is the root's block of send"},
+      {[](Communicator& c, auto& v) { return c.Alltoall(v.data(), v.data() + 2, kCount / 2, DataType::kInt32); },
+       "overlap but the call is not in place (for alltoall, in place means send == recv)"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    auto results = RunRanks(2, [&](Communicator& comm) -> Status {
+      std::vector<int32_t> v(2 * kCount);
+      const Status s = cases[i].first(comm, v).Wait();
+      if (comm.rank() == 1) return s.ok() ? Status(Code::kInternal, "rank 1 got OK") : Status::Ok();
+      if (s.code() != Code::kInvalidArgument || s.message().find(cases[i].second) == std::string::npos) {
+        return Status(Code::kInternal, "want E100 with '" + cases[i].second + "', got " + s.ToString());
+      }
+      return Status::Ok();
+    }, Opts("shm", 10s));
+    ExpectAllOk(results);
+  }
+  // The in-place layouts themselves are accepted and give exact results.
+  auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    const auto me = static_cast<size_t>(comm.rank());
+    std::vector<int32_t> v(2 * kCount, 0);
+    for (size_t j = 0; j < kCount; ++j) v[me * kCount + j] = static_cast<int32_t>(me * kCount + j);
+    Status s = comm.Allgather(v.data() + me * kCount, v.data(), kCount, DataType::kInt32).Wait();
+    for (size_t j = 0; s.ok() && j < 2 * kCount; ++j) {
+      if (v[j] != static_cast<int32_t>(j)) s = Status(Code::kInternal, "in-place allgather: v[" + std::to_string(j) + "]");
+    }
+    if (s.ok()) s = comm.ReduceScatter(v.data(), v.data() + me * kCount, kCount, DataType::kInt32, ReduceOp::kSum).Wait();
+    for (size_t j = 0; s.ok() && j < kCount; ++j) {
+      if (v[me * kCount + j] != static_cast<int32_t>(2 * (me * kCount + j))) s = Status(Code::kInternal, "in-place reduce_scatter");
+    }
+    if (s.ok()) s = comm.Scatter(v.data(), v.data() + me * kCount, kCount, DataType::kInt32, 0).Wait();
+    if (s.ok()) s = comm.Gather(v.data() + me * kCount, v.data(), kCount, DataType::kInt32, 1).Wait();
+    return s;
+  }, Opts("shm", 10s));
+  ExpectAllOk(results);
 }
 
 TEST(CommFailureTest, MismatchedCountsOpsDtypesAndOrder) {

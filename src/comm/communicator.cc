@@ -4,10 +4,12 @@
 
 #include <fmt/format.h>
 
-#include <limits>
-#include <numeric>
+#include <cstdint>
+#include <optional>
+#include <span>
 
 #include "base/socket.h"
+#include "base/strings.h"
 #include "comm/comm_impl.h"
 #include "params/params.h"
 
@@ -17,6 +19,22 @@ using algorithms::CollKind;
 using algorithms::OpArgs;
 
 namespace comm {
+namespace {
+
+// No address space in use (x86-64 with 5-level paging: 2^56 bytes) holds a
+// larger buffer.
+constexpr size_t kMaxBufferBytes = size_t{1} << 56;
+
+// The sum of `counts`, or nothing when it overflows.
+std::optional<size_t> CheckedSum(std::span<const size_t> counts) {
+  size_t sum = 0;
+  for (size_t c : counts) {
+    if (__builtin_add_overflow(sum, c, &sum)) return std::nullopt;
+  }
+  return sum;
+}
+
+}  // namespace
 
 Status CommImpl::Validate(const OpArgs& a) const {
   const size_t es = DataTypeSize(a.dtype);
@@ -65,28 +83,56 @@ Status CommImpl::Validate(const OpArgs& a) const {
   if (a.kind == CollKind::kAlltoallV && a.send == a.recv && a.send_counts != a.recv_counts) {
     return InvalidArgument("in-place AlltoallV needs send_counts equal to recv_counts");
   }
-  // Element counts that overflow a byte count.
-  const size_t limit = std::numeric_limits<size_t>::max() / es / static_cast<size_t>(size_);
-  const size_t total_v = std::accumulate(a.recv_counts.begin(), a.recv_counts.end(), size_t{0}) +
-                         std::accumulate(a.send_counts.begin(), a.send_counts.end(), size_t{0});
-  if (a.count > limit || total_v > limit) return InvalidArgument("element count overflows the byte size");
-  // Buffers each rank needs (nullptr allowed only where the count is zero or the rank ignores it).
+  // Element counts that overflow a byte count, or describe more memory than
+  // any address space holds.
+  const std::optional<size_t> recv_v = CheckedSum(a.recv_counts), send_v = CheckedSum(a.send_counts);
+  const size_t limit = kMaxBufferBytes / es / static_cast<size_t>(size_);
+  if (a.count > limit || !recv_v || !send_v || *recv_v > limit || *send_v > limit) {
+    return InvalidArgument(fmt::format("the element counts describe more than {} of {} elements: no address "
+                                       "space holds such a buffer; check the counts",
+                                       strings::FormatBytes(kMaxBufferBytes), DataTypeName(a.dtype)));
+  }
+  // Buffers each rank needs (nullptr allowed only where the count is zero or
+  // the rank ignores it), and where an in-place call puts its send buffer in
+  // its receive buffer (the only overlap allowed: `in_place_send`).
   const bool root = a.root == rank_;
+  const auto n = static_cast<size_t>(size_), me = static_cast<size_t>(rank_);
   size_t send_elems = a.count, recv_elems = a.count;
+  const char* in_place = "send == recv";
+  const auto s0 = reinterpret_cast<uintptr_t>(a.send), r0 = reinterpret_cast<uintptr_t>(a.recv);
+  uintptr_t in_place_send = r0;
   switch (a.kind) {
-    case CollKind::kReduceScatter: send_elems = a.count * static_cast<size_t>(size_); break;
-    case CollKind::kAllgather: recv_elems = a.count * static_cast<size_t>(size_); break;
+    case CollKind::kReduceScatter:
+      send_elems = a.count * n;
+      in_place = "recv is this rank's block of send";
+      in_place_send = r0 - me * a.count * es;
+      break;
+    case CollKind::kAllgather:
+      recv_elems = a.count * n;
+      in_place = "send is this rank's block of recv";
+      in_place_send += me * a.count * es;
+      break;
     case CollKind::kAllgatherV:
-      recv_elems = std::accumulate(a.recv_counts.begin(), a.recv_counts.end(), size_t{0});
+      recv_elems = *recv_v;
+      in_place = "send is this rank's block of recv";
+      in_place_send += *CheckedSum(std::span(a.recv_counts).first(me)) * es;
       break;
     case CollKind::kBroadcast: send_elems = root ? a.count : 0; break;
     case CollKind::kReduce: recv_elems = root ? a.count : 0; break;
-    case CollKind::kGather: recv_elems = root ? a.count * static_cast<size_t>(size_) : 0; break;
-    case CollKind::kScatter: send_elems = root ? a.count * static_cast<size_t>(size_) : 0; break;
-    case CollKind::kAlltoall: send_elems = recv_elems = a.count * static_cast<size_t>(size_); break;
+    case CollKind::kGather:
+      recv_elems = root ? a.count * n : 0;
+      in_place = "send is the root's block of recv";
+      in_place_send += me * a.count * es;
+      break;
+    case CollKind::kScatter:
+      send_elems = root ? a.count * n : 0;
+      in_place = "recv is the root's block of send";
+      in_place_send = r0 - me * a.count * es;
+      break;
+    case CollKind::kAlltoall: send_elems = recv_elems = a.count * n; break;
     case CollKind::kAlltoallV:
-      send_elems = std::accumulate(a.send_counts.begin(), a.send_counts.end(), size_t{0});
-      recv_elems = std::accumulate(a.recv_counts.begin(), a.recv_counts.end(), size_t{0});
+      send_elems = *send_v;
+      recv_elems = *recv_v;
       break;
     case CollKind::kSend: recv_elems = 0; break;
     case CollKind::kRecv: send_elems = 0; break;
@@ -98,6 +144,16 @@ Status CommImpl::Validate(const OpArgs& a) const {
   }
   if (recv_elems > 0 && a.recv == nullptr) {
     return Status(Code::kNullBuffer, fmt::format("receive buffer is null but {} elements are expected", recv_elems));
+  }
+  // Overlapping buffers that are not the in-place layout: the algorithms
+  // would read what they already overwrote, here and on the peers.
+  const size_t send_bytes = send_elems * es, recv_bytes = recv_elems * es;
+  if (send_bytes > 0 && recv_bytes > 0 && s0 < r0 + recv_bytes && r0 < s0 + send_bytes &&
+      s0 != in_place_send) {
+    return InvalidArgument(fmt::format(
+        "send [{}, +{} B) and recv [{}, +{} B) overlap but the call is not in place (for {}, in place means {}); "
+        "use separate buffers or the in-place layout",
+        a.send, send_bytes, a.recv, recv_bytes, algorithms::CollKindName(a.kind), in_place));
   }
   return Status::Ok();
 }

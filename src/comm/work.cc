@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <climits>
 #include <ctime>
+#include <exception>
 
 #include "base/clock.h"
+#include "base/logging.h"
 #include "transport/endpoint.h"
 
 namespace choir {
@@ -30,13 +32,38 @@ void Work::State::Complete(Status s, const CompletionInfo& i) {
   }
 }
 
+namespace {
+
+// Callbacks this thread is running for operations it completed: a Wait()
+// there would wait for work only this thread can do.
+thread_local int t_running_callbacks = 0;
+
+Status WaitInCallback() {
+  return InvalidArgument(
+      "Wait()/WaitFor() of an unfinished operation inside a Then() callback: the callback runs on the thread "
+      "that runs the operations, so the one it waits for cannot run; wait after the callback returns");
+}
+
+}  // namespace
+
 void Work::State::RunCallbacks() {
   std::unique_lock<std::mutex> lock(mu);
   while (!callbacks.empty()) {
     std::vector<std::function<void(const Status&)>> run;
     run.swap(callbacks);
     lock.unlock();
-    for (auto& callback : run) callback(status);
+    ++t_running_callbacks;
+    for (auto& callback : run) {
+      // The thread running operations must survive a callback's mistake.
+      try {
+        callback(status);
+      } catch (const std::exception& e) {
+        CHOIR_LOG(Error, COLL, "a Then() callback threw (dropped): {}", e.what());
+      } catch (...) {
+        CHOIR_LOG(Error, COLL, "a Then() callback threw something that is not a std::exception (dropped)");
+      }
+    }
+    --t_running_callbacks;
     lock.lock();
   }
 }
@@ -63,6 +90,7 @@ bool Work::State::Block(std::chrono::nanoseconds timeout, bool forever) {
 Status Work::Wait() const {
   if (!state_) return Status::Ok();
   if (state_->is_done()) return state_->status;
+  if (t_running_callbacks > 0) return WaitInCallback();
   if (state_->help) state_->help();
   state_->Block(std::chrono::nanoseconds(0), /*forever=*/true);
   return state_->status;
@@ -70,6 +98,7 @@ Status Work::Wait() const {
 
 Status Work::WaitFor(std::chrono::milliseconds timeout) const {
   if (!state_) return Status::Ok();
+  if (t_running_callbacks > 0 && !state_->is_done()) return WaitInCallback();
   // At most a year: longer limits would overflow the nanosecond arithmetic.
   const auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));
   if (!state_->Block(std::chrono::duration_cast<std::chrono::nanoseconds>(limit), /*forever=*/false)) {

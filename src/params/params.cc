@@ -1,5 +1,7 @@
 #include "params/params.h"
 
+#include <fmt/format.h>
+
 #include <map>
 #include <mutex>
 #include <optional>
@@ -46,17 +48,32 @@ const char* TypeName(Type t) {
   return "?";
 }
 
+// "" when the number `value` lies in spec.allowed ("min..max", parsed by
+// `parse` like the value; empty: any), else the reason.
+template <typename Parse>
+std::string CheckRange(const Spec& spec, std::string_view value, Parse parse) {
+  const std::string_view allowed = spec.allowed;
+  const size_t dots = allowed.find("..");
+  if (dots == std::string_view::npos) return "";
+  const auto v = parse(value), lo = parse(allowed.substr(0, dots)), hi = parse(allowed.substr(dots + 2));
+  if (v && lo && hi && *lo <= *v && *v <= *hi) return "";
+  return fmt::format("outside {}", allowed);
+}
+
 // Returns "" when `value` is valid for `spec`, else the reason.
 std::string Validate(const Spec& spec, std::string_view value) {
   switch (spec.type) {
     case Type::kInt:
-      return strings::ParseInt(value) ? "" : "not an integer";
+      if (!strings::ParseInt(value)) return "not an integer";
+      return CheckRange(spec, value, [](std::string_view t) { return strings::ParseInt(t); });
     case Type::kBool:
       return strings::ParseBool(value) ? "" : "not a boolean (use 1/0, true/false, on/off)";
     case Type::kSeconds:
-      return strings::ParseSeconds(value) ? "" : "not a duration (e.g. 30, 250ms, 5m)";
+      if (!strings::ParseSeconds(value)) return "not a duration (e.g. 30, 250ms, 5m)";
+      return CheckRange(spec, value, [](std::string_view t) { return strings::ParseSeconds(t); });
     case Type::kBytes:
-      return strings::ParseBytes(value) ? "" : "not a byte size (e.g. 4096, 64K, 16M)";
+      if (!strings::ParseBytes(value)) return "not a byte size (e.g. 4096, 64K, 16M)";
+      return CheckRange(spec, value, [](std::string_view t) { return strings::ParseBytes(t); });
     case Type::kEnum: {
       const std::string v = strings::ToLower(strings::Trim(value));
       for (const std::string& allowed : strings::Split(spec.allowed, '|')) {
@@ -65,6 +82,12 @@ std::string Validate(const Spec& spec, std::string_view value) {
       return std::string("not one of ") + spec.allowed;
     }
     case Type::kString:
+      if (spec.id == Id::kLogSubsys) {
+        unsigned mask = 0;
+        if (!log::ParseSubsysMask(value, &mask)) {
+          return "not a list of subsystems (INIT,STORE,TCP,SHM,COLL,ALGO,TOPO,PARAMS,LAUNCH,DIAG,TORCH, ALL; ^ excludes)";
+        }
+      }
       return "";
   }
   return "unknown type";
@@ -216,12 +239,8 @@ class Registry {
   void ApplyLogging() {
     log::Level level = log::Level::kWarn;
     if (log::ParseLevel(values_[static_cast<int>(Id::kLogLevel)].text, &level)) log::SetLevel(level);
-    unsigned mask = log::ALL;
-    if (log::ParseSubsysMask(values_[static_cast<int>(Id::kLogSubsys)].text, &mask)) {
-      log::SetSubsysMask(mask);
-    } else {
-      values_[static_cast<int>(Id::kLogSubsys)].error = "names an unknown subsystem";
-    }
+    unsigned mask = log::ALL;  // the value was validated; the default is ALL
+    if (log::ParseSubsysMask(values_[static_cast<int>(Id::kLogSubsys)].text, &mask)) log::SetSubsysMask(mask);
   }
 
   std::mutex mu_;

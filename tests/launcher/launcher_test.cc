@@ -706,6 +706,35 @@ TEST(DoctorTest, ParamsReportsRejectedValuesAndUnknownVariables) {
   EXPECT_TRUE(strings::StartsWith(r.err, "E105 InvalidSetting: CHOIR_TIMEOUT")) << r.err;
 }
 
+// Numbers outside their setting's range are refused by name, before they
+// are cut to an int, multiplied or allocated (CHOIR_TCP_CHUNK_BYTES=1T
+// aborted every rank; WORLD_SIZE=4294967297 ran as a 1-rank world).
+TEST(DoctorTest, ParamsRefuseValuesOutsideTheirRange) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"CHOIR_TIMEOUT=0", "outside 0.001..31536000"},
+      {"CHOIR_TIMEOUT=1e300", "outside 0.001..31536000"},
+      {"CHOIR_TCP_CHUNK_BYTES=1T", "outside 4K..256M"},
+      {"CHOIR_TCP_STREAMS=0", "outside 1..64"},
+      {"CHOIR_SPIN_US=9223372036854775807", "outside 0..1000000"},
+      {"WORLD_SIZE=4294967297", "outside -1..1048576"},
+      {"MASTER_PORT=4294967296", "outside 1..65535"},
+      {"CHOIR_LOG_SUBSYS=FOO", "not a list of subsystems"},
+  };
+  for (const auto& [env, reason] : cases) {
+    const std::string name = env.substr(0, env.find('=')), value = env.substr(env.find('=') + 1);
+    const Outcome r = RunChoir({"doctor", "params"}, {env});
+    EXPECT_EQ(r.exit_code, 1) << env;
+    EXPECT_NE(r.out.find("INVALID: '" + value + "' from environment rejected: " + reason), std::string::npos)
+        << env << "\n" << r.out;
+    EXPECT_TRUE(strings::StartsWith(r.err, "E105 InvalidSetting: " + name + " has a value that was rejected"))
+        << env << "\n" << r.err;
+  }
+  // In range: accepted.
+  const Outcome ok = RunChoir({"doctor", "params"}, {"CHOIR_TCP_STREAMS=64", "CHOIR_TIMEOUT=250ms", "CHOIR_LOG_SUBSYS=^TCP"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_NE(ok.out.find("Range: 1..64."), std::string::npos) << ok.out;
+}
+
 TEST(DoctorTest, ParamsJson) {
   const Outcome r = RunChoir({"doctor", "params", "--json"}, {"CHOIR_TIMEOUT=soon"});
   EXPECT_EQ(r.exit_code, 1);

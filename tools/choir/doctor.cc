@@ -123,7 +123,9 @@ class DoctorParamsCommand : public Subcommand {
                kSourceWidth, "DESCRIPTION");
     for (const SettingInfo& s : settings) {
       std::string description = s.description;
-      if (!s.allowed.empty()) description += " One of: " + s.allowed + ".";
+      if (!s.allowed.empty()) {
+        description += (s.allowed.find("..") != std::string::npos ? " Range: " : " One of: ") + s.allowed + ".";
+      }
       description += " Type " + s.type + ", default '" + s.default_value + "'.";
       const std::vector<std::string> lines = Wrap(description, description_width);
       const std::string shown_value = s.value.empty() ? "\"\"" : s.value;
