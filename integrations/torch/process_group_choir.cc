@@ -8,11 +8,13 @@
 #include <atomic>
 #include <cctype>
 #include <functional>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/exception.h>
 
@@ -113,8 +115,87 @@ Elements MoveType(at::ScalarType type) {
 
 size_t Count(const at::Tensor& t, const Elements& e) { return static_cast<size_t>(t.numel()) * e.unit; }
 
+// An output the result cannot be written into: some of its elements share
+// memory (an expand()ed or other stride-0 view), so each would receive a
+// value and torch refuses the copy. Checked before communicating: found only
+// when the result is copied back, it would fail a collective that succeeded
+// everywhere else.
+Status CheckWritable(const at::Tensor& t, const std::string& what) {
+  if (at::has_internal_overlap(t) != at::MemOverlap::Yes) return Status::Ok();
+  return InvalidArgument(what + " " + Describe(t) + " has elements that share memory (an expand()ed or other "
+                                                     "stride-0 view), so the result cannot be written into it; "
+                                                     "clone() it and pass the clone");
+}
+
+// ---------------------------------------------------------------------------
+// Staging buffers
+//
+// Copies of non-contiguous tensors, concatenations of lists and receive
+// buffers are allocated by torch before anything is sent. torch refuses an
+// allocation it cannot make with a c10::Error ("DefaultCPUAllocator: can't
+// allocate memory"); the helpers below turn that into StagingFailed carrying
+// E503 OutOfMemory, which every operation catches and fails with like a bad
+// argument (FailArgument aborts the communicator, so peers fail at once
+// instead of waiting for this rank until the timeout).
+
+class StagingFailed : public std::exception {
+ public:
+  explicit StagingFailed(Status status) : status_(std::move(status)), text_(status_.ToString()) {}
+  const char* what() const noexcept override { return text_.c_str(); }
+  const Status& status() const { return status_; }
+
+ private:
+  Status status_;
+  std::string text_;
+};
+
+// numel * itemsize, saturating instead of wrapping (an expand()ed tensor can
+// claim any number of elements).
+uint64_t BytesOf(int64_t numel, size_t itemsize) {
+  uint64_t bytes = 0;
+  if (numel < 0 || __builtin_mul_overflow(static_cast<uint64_t>(numel), itemsize, &bytes)) return UINT64_MAX;
+  return bytes;
+}
+
+// a * b for element counts; INT64_MAX (an allocation torch refuses) instead of wrapping.
+int64_t TimesOrMax(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+// Runs `make`, which allocates the staging buffer of `bytes` for `what` in
+// operation `op`; torch's refusal becomes StagingFailed (E503).
+template <typename F>
+at::Tensor Staged(const char* op, const std::string& what, uint64_t bytes, F&& make) {
+  // Staging copies need no autograd history (inputs may require grad).
+  at::NoGradGuard no_grad;
+  std::string why;
+  try {
+    return make();
+  } catch (const std::bad_alloc&) {
+    why = "std::bad_alloc";
+  } catch (const c10::Error& e) {
+    why = e.what_without_backtrace();
+  }
+  const std::string size = bytes == UINT64_MAX ? "more than 2^64" : std::to_string(bytes);
+  throw StagingFailed(Status(Code::kOutOfMemory,
+                             std::string(op) + " needs " + size + " bytes for a staging copy of " + what +
+                                 ", which torch could not allocate (" + why +
+                                 "); contiguous tensors are used in place without a copy: pass contiguous "
+                                 "or smaller tensors, or free memory"));
+}
+
 // A contiguous tensor holding t's data: t itself when it already is.
-at::Tensor Dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+at::Tensor Dense(const at::Tensor& t, const char* op, const std::string& what) {
+  if (t.is_contiguous()) return t;
+  return Staged(op, what + " " + Describe(t), BytesOf(t.numel(), t.element_size()), [&] { return t.contiguous(); });
+}
+
+// An uninitialized 1-D tensor of `numel` elements like `options`.
+at::Tensor Empty(int64_t numel, const at::TensorOptions& options, const char* op, const std::string& what) {
+  return Staged(op, what, BytesOf(numel, c10::elementSize(c10::typeMetaToScalarType(options.dtype()))),
+                [&] { return at::empty({numel}, options); });
+}
 
 // The first tensor's data pointer when the tensors are contiguous and lie back
 // to back in memory in list order (the chunks of one contiguous tensor, as
@@ -133,11 +214,17 @@ void* BackToBack(const std::vector<at::Tensor>& ts) {
 
 // One contiguous 1-D tensor holding the tensors' elements in list order (all
 // tensors share one dtype).
-at::Tensor Concat(const std::vector<at::Tensor>& ts) {
-  std::vector<at::Tensor> flat;
-  flat.reserve(ts.size());
-  for (const at::Tensor& t : ts) flat.push_back(t.reshape({-1}));
-  return at::cat(flat);
+at::Tensor Concat(const std::vector<at::Tensor>& ts, const char* op, const std::string& what) {
+  int64_t numel = 0;
+  for (const at::Tensor& t : ts) numel = t.numel() > INT64_MAX - numel ? INT64_MAX : numel + t.numel();
+  const size_t itemsize = ts.empty() ? 1 : ts[0].element_size();
+  return Staged(op, "the " + std::to_string(ts.size()) + " tensors of " + what + " (concatenated)",
+                BytesOf(numel, itemsize), [&] {
+                  std::vector<at::Tensor> flat;
+                  flat.reserve(ts.size());
+                  for (const at::Tensor& t : ts) flat.push_back(t.reshape({-1}));
+                  return at::cat(flat);
+                });
 }
 
 // Copies consecutive pieces of `flat` (1-D, contiguous) into `ts`, starting at element `offset`.
@@ -258,14 +345,17 @@ void PreMultiply(const Reduction& r, const at::Tensor& flat) {
 
 // The buffer a reduction reads: t itself, or a contiguous (and for
 // PREMUL_SUM scaled) copy of it.
-at::Tensor ReductionInput(const at::Tensor& t, const Reduction& r) {
-  if (!PreMultiplies(r)) return Dense(t);
-  at::Tensor copy = t.clone(at::MemoryFormat::Contiguous);
+at::Tensor ReductionInput(const at::Tensor& t, const Reduction& r, const char* op, const std::string& what) {
+  if (!PreMultiplies(r)) return Dense(t, op, what);
+  at::Tensor copy = Staged(op, what + " " + Describe(t) + " (scaled for PREMUL_SUM)",
+                           BytesOf(t.numel(), t.element_size()), [&] { return t.clone(at::MemoryFormat::Contiguous); });
   PreMultiply(r, copy);
   return copy;
 }
 
-// Copies `staged` back to `t` after success when they are different tensors.
+// Copies `staged` back to `t` after success when they are different tensors
+// (Completion::Run runs it without autograd recording: `t` may be a
+// parameter or a view of one, as gloo allows).
 std::function<void()> CopyBack(const at::Tensor& t, const at::Tensor& staged) {
   if (staged.is_same(t)) return nullptr;
   return [t, staged] { t.copy_(staged); };
@@ -292,11 +382,29 @@ Result<std::vector<size_t>> SplitCounts(const at::Tensor& t, const std::vector<i
     return Status(Code::kBufferTooSmall, what + " split sizes have " + std::to_string(splits.size()) +
                                              " entries for " + std::to_string(size) + " ranks");
   }
+  // Each split is checked against the rows before anything is added or
+  // multiplied: huge splits must not wrap around to a sum that looks right
+  // (3 x 6148914691236517207 is 2^64 + 5) and make choir copy past the tensor.
+  const std::string fix = "; each split must be 0.." + std::to_string(rows) + " and together they must add up to " +
+                          std::to_string(rows);
   int64_t sum = 0;
   for (size_t j = 0; j < splits.size(); ++j) {
-    if (splits[j] < 0) return InvalidArgument(what + " split size " + std::to_string(splits[j]) + " is negative");
+    const std::string name = what + " split size [" + std::to_string(j) + "] = " + std::to_string(splits[j]);
+    if (splits[j] < 0) return InvalidArgument(name + " is negative" + fix);
+    if (splits[j] > rows) {
+      return Status(Code::kBufferTooSmall, name + " is more than the " + std::to_string(rows) + " rows of " +
+                                               Describe(t) + fix);
+    }
+    if (splits[j] > rows - sum) {
+      return Status(Code::kBufferTooSmall, name + " brings the split sizes so far to more than the " +
+                                               std::to_string(rows) + " rows of " + Describe(t) + fix);
+    }
     sum += splits[j];
-    counts[j] = static_cast<size_t>(splits[j] * row) * e.unit;
+    uint64_t elems = 0;  // at most t's elements (splits[j] <= rows), times the unit
+    if (__builtin_mul_overflow(static_cast<uint64_t>(splits[j] * row), static_cast<uint64_t>(e.unit), &elems)) {
+      return InvalidArgument(name + " rows of " + Describe(t) + " are more than 2^64 bytes");
+    }
+    counts[j] = static_cast<size_t>(elems);
   }
   if (sum != rows) {
     return Status(Code::kBufferTooSmall, what + " split sizes add up to " + std::to_string(sum) +
@@ -324,10 +432,27 @@ Status CheckList(const std::vector<at::Tensor>& ts, size_t n, const at::Tensor& 
   return Status::Ok();
 }
 
+// CheckWritable for each tensor of an output list.
+Status CheckWritableList(const std::vector<at::Tensor>& ts, const std::string& what) {
+  for (size_t i = 0; i < ts.size(); ++i) {
+    CHOIR_RETURN_IF_ERROR(CheckWritable(ts[i], what + "[" + std::to_string(i) + "]"));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // TorchStore
+
+TorchStore::TorchStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {
+  // None from Python arrives as a null pointer, which every method would follow.
+  if (!store_) {
+    throw std::runtime_error(InvalidArgument("store is None; pass the c10d Store the ranks rendezvous through "
+                                             "(the TCPStore or PrefixStore torch.distributed hands a backend)")
+                                 .ToString());
+  }
+}
 
 Status TorchStore::Set(const std::string& key, const std::string& value) {
   try {
@@ -378,8 +503,9 @@ Result<bool> TorchStore::Delete(const std::string& key) {
 
 Status TorchStore::Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   try {
-    // c10d reads a zero timeout as "forever".
-    store_->wait(keys, std::max(timeout, std::chrono::milliseconds(1)));
+    // c10d reads a zero timeout as "forever"; a "never" deadline of choir
+    // arrives as 2^63 ns, which HashStore and FileStore would overflow.
+    store_->wait(keys, std::clamp(timeout, std::chrono::milliseconds(1), kMaxTimeout));
     return Status::Ok();
   } catch (...) {
     std::string list;
@@ -431,7 +557,7 @@ bool ChoirWork::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == kNoTimeout) {
     cv_.wait(lock, [&] { return completed_; });
-  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+  } else if (!cv_.wait_for(lock, std::min(timeout, kMaxTimeout), [&] { return completed_; })) {
     throw std::runtime_error(
         Status(Code::kCollectiveTimeout,
                "rank " + std::to_string(rank_) + ": " + c10d::opTypeToString(opType_) +
@@ -507,9 +633,16 @@ ProcessGroupChoir::ProcessGroupChoir(const c10::intrusive_ptr<c10d::Store>& stor
                                      int size, std::chrono::milliseconds timeout,
                                      BlockingRegion blocking)
     : c10d::ProcessGroup(rank, size), blocking_(std::move(blocking)) {
+  auto torch_store = std::make_shared<TorchStore>(store);  // throws E100 for None
+  if (timeout.count() <= 0) {
+    throw std::runtime_error(InvalidArgument("timeout is " + std::to_string(timeout.count()) +
+                                             " ms; the deadline of rendezvous and of every operation must be at "
+                                             "least 1 ms (torch's default is timedelta(minutes=30))")
+                                 .ToString());
+  }
   CommOptions options;
-  options.timeout = timeout;
-  auto comm = Communicator::Create(std::make_shared<TorchStore>(store), rank, size, options);
+  options.timeout = std::min(timeout, kMaxTimeout);  // see kMaxTimeout
+  auto comm = Communicator::Create(std::move(torch_store), rank, size, options);
   if (!comm.ok()) throw std::runtime_error(comm.status().ToString());
   comm_ = std::move(comm).value();
   init();
@@ -540,6 +673,30 @@ CallOptions ProcessGroupChoir::ToCallOptions(std::chrono::milliseconds timeout) 
 
 namespace {
 
+// What to do about a point-to-point operation that timed out (E400; also
+// the sticky error later operations fail with). Choir runs a communicator's
+// operations one at a time in issue order, and a recv occupies it until its
+// message arrives, so the usual cause is an exchange in which both ranks wait
+// for the other: each posted its recv (irecv, batch_isend_irecv([irecv,
+// isend])) before the send the other one needs, or each sent more than the
+// transport buffers before receiving.
+Status WithReceiveHint(const Status& s) {
+  if (s.code() != Code::kCollectiveTimeout) return s;
+  const std::string& m = s.message();
+  const bool recv = m.find(": recv from rank") != std::string::npos;
+  const bool send = m.find(": send to rank") != std::string::npos;
+  if ((!recv && !send) || m.find("(integrations/torch/README.md") != std::string::npos) return s;
+  return Status(s.code(),
+                m + (recv ? ". A recv (also irecv and the irecvs of batch_isend_irecv) holds its process group "
+                            "until its message arrives: every operation issued after it on this rank, sends "
+                            "included, waits for it. If the peer was itself waiting for a send this rank issued "
+                            "after the recv, issue that send first on one of the two ranks"
+                          : ". A send larger than the transport buffers (2 MiB between ranks of a host by "
+                            "default) finishes only when the peer's recv runs: if the peer was itself sending to "
+                            "this rank first, let one of the two ranks receive first") +
+                    " (integrations/torch/README.md, Limits)");
+}
+
 // Completes a ChoirWork when every choir operation of its call has finished.
 struct Completion {
   c10::intrusive_ptr<ChoirWork> work;
@@ -566,6 +723,10 @@ struct Completion {
   void Run(Status result, int source_rank) {
     if (result.ok()) {
       try {
+        // The outputs may be parameters or views of them (requires_grad):
+        // writing a collective's result is not an operation to differentiate,
+        // and autograd would refuse the in-place copy (gloo allows it too).
+        at::NoGradGuard no_grad;
         for (auto& f : finish) f();
       } catch (const c10::Error& e) {
         result = Status(Code::kInternal, std::string("copying the result to the output tensors: ") +
@@ -576,7 +737,7 @@ struct Completion {
     }
     finish.clear();
     keep.clear();
-    work->Finish(result, source_rank);
+    work->Finish(WithReceiveHint(result), source_rank);
   }
 };
 
@@ -620,18 +781,25 @@ std::string ProcessGroupChoir::LastAlgorithm() const {
   return last_algorithm_->name;
 }
 
+// Every operation below is a function-try-block: a staging buffer torch
+// cannot allocate (StagingFailed, E503) fails the call the way a bad argument
+// does, before anything was sent.
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::broadcast(std::vector<at::Tensor>& tensors,
-                                                            const c10d::BroadcastOptions& opts) {
+                                                            const c10d::BroadcastOptions& opts) try {
   if (tensors.size() != 1 || opts.rootTensor != 0) {
     FailArgument(InvalidArgument("broadcast takes exactly one CPU tensor (got " +
                                  std::to_string(tensors.size()) + ")"));
   }
   const at::Tensor& t = tensors[0];
   if (Status s = CheckTensor(t, "broadcast tensor"); !s.ok()) FailArgument(s);
-  Call call(c10d::OpType::BROADCAST, tensors);
-  at::Tensor buf = Dense(t);
-  const Elements e = MoveType(t.scalar_type());
   const int root = static_cast<int>(opts.rootRank);
+  if (rank_ != root) {
+    if (Status s = CheckWritable(t, "broadcast tensor"); !s.ok()) FailArgument(s);
+  }
+  Call call(c10d::OpType::BROADCAST, tensors);
+  at::Tensor buf = Dense(t, "broadcast", "the tensor");
+  const Elements e = MoveType(t.scalar_type());
   void* p = buf.data_ptr();
   const size_t n = Count(buf, e);
   const CallOptions co = ToCallOptions(opts.timeout);
@@ -639,20 +807,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::broadcast(std::vector<at::Tens
   call.Keep(buf);
   if (rank_ != root) call.Then(CopyBack(t, buf));
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::allreduce(std::vector<at::Tensor>& tensors,
-                                                            const c10d::AllreduceOptions& opts) {
+                                                            const c10d::AllreduceOptions& opts) try {
   if (tensors.size() != 1) {
     FailArgument(InvalidArgument("allreduce takes exactly one CPU tensor (got " +
                                  std::to_string(tensors.size()) + ")"));
   }
   const at::Tensor& t = tensors[0];
   if (Status s = CheckTensor(t, "allreduce tensor"); !s.ok()) FailArgument(s);
+  if (Status s = CheckWritable(t, "allreduce tensor"); !s.ok()) FailArgument(s);
   auto red = MapReduction(opts.reduceOp, t.scalar_type());
   if (!red.ok()) FailArgument(red.status());
   Call call(c10d::OpType::ALLREDUCE, tensors);
-  at::Tensor buf = ReductionInput(t, *red);
+  at::Tensor buf = ReductionInput(t, *red, "allreduce", "the tensor");
   void* p = buf.data_ptr();
   const size_t n = static_cast<size_t>(buf.numel());
   const DataType dtype = red->dtype;
@@ -662,17 +833,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::allreduce(std::vector<at::Tens
   call.Keep(buf);
   call.Then(CopyBack(t, buf));
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) try {
   // One allreduce per dtype, over the concatenation of that dtype's tensors
   // (in order of first appearance, the same on every rank).
   std::vector<at::ScalarType> types;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (Status s = CheckTensor(tensors[i], "allreduce_coalesced tensor " + std::to_string(i)); !s.ok()) {
-      FailArgument(s);
-    }
+    const std::string name = "allreduce_coalesced tensor " + std::to_string(i);
+    if (Status s = CheckTensor(tensors[i], name); !s.ok()) FailArgument(s);
+    if (Status s = CheckWritable(tensors[i], name); !s.ok()) FailArgument(s);
     if (std::find(types.begin(), types.end(), tensors[i].scalar_type()) == types.end()) {
       types.push_back(tensors[i].scalar_type());
     }
@@ -686,7 +859,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::allreduce_coalesced(
     for (const at::Tensor& t : tensors) {
       if (t.scalar_type() == type) group.push_back(t);
     }
-    at::Tensor flat = Concat(group);
+    at::Tensor flat = Concat(group, "allreduce_coalesced", std::string(c10::toString(type)) + " tensors");
     PreMultiply(*red, flat);
     void* p = flat.data_ptr();
     const size_t n = static_cast<size_t>(flat.numel());
@@ -697,21 +870,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::allreduce_coalesced(
     call.Then([flat, group] { Split(flat, 0, group); });
   }
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::reduce(std::vector<at::Tensor>& tensors,
-                                                         const c10d::ReduceOptions& opts) {
+                                                         const c10d::ReduceOptions& opts) try {
   if (tensors.size() != 1 || opts.rootTensor != 0) {
     FailArgument(InvalidArgument("reduce takes exactly one CPU tensor (got " +
                                  std::to_string(tensors.size()) + ")"));
   }
   const at::Tensor& t = tensors[0];
   if (Status s = CheckTensor(t, "reduce tensor"); !s.ok()) FailArgument(s);
+  const int root = static_cast<int>(opts.rootRank);
+  if (rank_ == root) {
+    if (Status s = CheckWritable(t, "reduce tensor"); !s.ok()) FailArgument(s);
+  }
   auto red = MapReduction(opts.reduceOp, t.scalar_type());
   if (!red.ok()) FailArgument(red.status());
   Call call(c10d::OpType::REDUCE, tensors);
-  const int root = static_cast<int>(opts.rootRank);
-  at::Tensor buf = ReductionInput(t, *red);
+  at::Tensor buf = ReductionInput(t, *red, "reduce", "the tensor");
   void* p = buf.data_ptr();
   void* recv = rank_ == root ? p : nullptr;  // in place at the root
   const size_t n = static_cast<size_t>(buf.numel());
@@ -722,11 +900,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::reduce(std::vector<at::Tensor>
   call.Keep(buf);
   if (rank_ == root) call.Then(CopyBack(t, buf));
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
+    const c10d::AllgatherOptions& opts) try {
   if (inputs.size() != 1 || outputs.size() != 1) {
     FailArgument(InvalidArgument("allgather takes one input tensor and one list of outputs"));
   }
@@ -736,12 +916,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::allgather(
   if (Status s = CheckList(outs, static_cast<size_t>(size_), in, "allgather output list"); !s.ok()) {
     FailArgument(s);
   }
+  if (Status s = CheckWritableList(outs, "allgather output list"); !s.ok()) FailArgument(s);
   Call call(c10d::OpType::ALLGATHER, outs);
-  at::Tensor src = Dense(in);
+  at::Tensor src = Dense(in, "allgather", "the input");
   const Elements e = MoveType(in.scalar_type());
   void* recv = BackToBack(outs);
   if (recv == nullptr || in.numel() == 0) {
-    at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
+    at::Tensor flat = Empty(TimesOrMax(size_, in.numel()), in.options(), "allgather",
+                            "the " + std::to_string(size_) + " outputs (received together)");
     recv = flat.data_ptr();
     call.Keep(flat);
     call.Then([flat, outs] { Split(flat, 0, outs); });
@@ -754,19 +936,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::allgather(
   call.ops.push_back([=](Communicator& c) { return c.Allgather(send, recv, n, e.dtype, co); });
   call.Keep(src);
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                                  const c10d::AllgatherOptions& opts) {
+                                                                  const c10d::AllgatherOptions& opts) try {
   if (Status s = CheckTensor(input, "_allgather_base input"); !s.ok()) FailArgument(s);
   if (Status s = CheckTensor(output, "_allgather_base output"); !s.ok()) FailArgument(s);
-  if (output.scalar_type() != input.scalar_type() || output.numel() != size_ * input.numel()) {
+  if (output.scalar_type() != input.scalar_type() || output.numel() != TimesOrMax(size_, input.numel())) {
     FailArgument(InvalidArgument("_allgather_base output " + Describe(output) + " must have the dtype of input " +
                                  Describe(input) + " and " + std::to_string(size_) + " times its elements"));
   }
+  if (Status s = CheckWritable(output, "_allgather_base output"); !s.ok()) FailArgument(s);
   Call call(c10d::OpType::_ALLGATHER_BASE, {output});
-  at::Tensor src = Dense(input);
-  at::Tensor dst = Dense(output);
+  at::Tensor src = Dense(input, "_allgather_base", "the input");
+  at::Tensor dst = Dense(output, "_allgather_base", "the output");
   const Elements e = MoveType(input.scalar_type());
   const void* send = src.data_ptr();
   void* recv = dst.data_ptr();
@@ -777,11 +962,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::_allgather_base(at::Tensor& ou
   call.Keep(dst);
   call.Then(CopyBack(output, dst));
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
+    const c10d::AllgatherOptions& opts) try {
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (Status s = CheckTensor(inputs[i], "allgather_coalesced input " + std::to_string(i)); !s.ok()) {
       FailArgument(s);
@@ -805,15 +992,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::allgather_coalesced(
         FailArgument(s);
       }
     }
+    if (Status s = CheckWritableList(output_lists[r], "allgather_coalesced output list " + std::to_string(r));
+        !s.ok()) {
+      FailArgument(s);
+    }
   }
   // The inputs travel as one byte buffer (they may differ in dtype).
   std::vector<at::Tensor> all_outputs;
   for (const auto& list : output_lists) all_outputs.insert(all_outputs.end(), list.begin(), list.end());
   Call call(c10d::OpType::ALLGATHER_COALESCED, all_outputs);
   const ByteLayout layout = LayoutOf(inputs);
-  at::Tensor send = at::empty({layout.total}, at::TensorOptions().dtype(at::kByte));
+  const at::TensorOptions bytes = at::TensorOptions().dtype(at::kByte);
+  at::Tensor send = Empty(layout.total, bytes, "allgather_coalesced", "the inputs (packed)");
   for (size_t i = 0; i < inputs.size(); ++i) ByteView(send, layout.offsets[i], inputs[i]).copy_(inputs[i]);
-  at::Tensor recv = at::empty({size_ * layout.total}, at::TensorOptions().dtype(at::kByte));
+  at::Tensor recv = Empty(TimesOrMax(size_, layout.total), bytes, "allgather_coalesced",
+                          "the " + std::to_string(size_) + " ranks' inputs (received packed)");
   const void* sp = send.data_ptr();
   void* rp = recv.data_ptr();
   const size_t n = static_cast<size_t>(layout.total);
@@ -830,11 +1023,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::allgather_coalesced(
     }
   });
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                          std::vector<at::Tensor>& inputs,
-                                                         const c10d::GatherOptions& opts) {
+                                                         const c10d::GatherOptions& opts) try {
   if (inputs.size() != 1) FailArgument(InvalidArgument("gather takes exactly one input tensor"));
   const at::Tensor& in = inputs[0];
   if (Status s = CheckTensor(in, "gather input"); !s.ok()) FailArgument(s);
@@ -847,15 +1042,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::gather(std::vector<std::vector
   std::vector<at::Tensor> outs = is_root ? outputs[0] : std::vector<at::Tensor>();
   if (is_root) {
     if (Status s = CheckList(outs, static_cast<size_t>(size_), in, "gather output list"); !s.ok()) FailArgument(s);
+    if (Status s = CheckWritableList(outs, "gather output list"); !s.ok()) FailArgument(s);
   }
   Call call(c10d::OpType::GATHER, outs);
-  at::Tensor src = Dense(in);
+  at::Tensor src = Dense(in, "gather", "the input");
   const Elements e = MoveType(in.scalar_type());
   void* recv = nullptr;
   if (is_root) {
     recv = BackToBack(outs);
     if (recv == nullptr || in.numel() == 0) {
-      at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
+      at::Tensor flat = Empty(TimesOrMax(size_, in.numel()), in.options(), "gather",
+                              "the " + std::to_string(size_) + " outputs (received together)");
       recv = flat.data_ptr();
       call.Keep(flat);
       call.Then([flat, outs] { Split(flat, 0, outs); });
@@ -869,14 +1066,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::gather(std::vector<std::vector
   call.ops.push_back([=](Communicator& c) { return c.Gather(send, recv, n, e.dtype, root, co); });
   call.Keep(src);
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::scatter(std::vector<at::Tensor>& outputs,
                                                           std::vector<std::vector<at::Tensor>>& inputs,
-                                                          const c10d::ScatterOptions& opts) {
+                                                          const c10d::ScatterOptions& opts) try {
   if (outputs.size() != 1) FailArgument(InvalidArgument("scatter takes exactly one output tensor"));
   const at::Tensor& out = outputs[0];
   if (Status s = CheckTensor(out, "scatter output"); !s.ok()) FailArgument(s);
+  if (Status s = CheckWritable(out, "scatter output"); !s.ok()) FailArgument(s);
   const int root = static_cast<int>(opts.rootRank);
   const bool is_root = rank_ == root;
   if (is_root && inputs.size() != 1) {
@@ -890,14 +1090,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::scatter(std::vector<at::Tensor
     if (Status s = CheckList(ins, static_cast<size_t>(size_), out, "scatter input list"); !s.ok()) FailArgument(s);
     send = BackToBack(ins);
     if (send == nullptr || out.numel() == 0) {
-      at::Tensor flat = Concat(ins);
+      at::Tensor flat = Concat(ins, "scatter", "the input list");
       send = flat.data_ptr();
       call.Keep(flat);
     } else {
       for (const at::Tensor& t : ins) call.Keep(t);
     }
   }
-  at::Tensor dst = Dense(out);
+  at::Tensor dst = Dense(out, "scatter", "the output");
   const Elements e = MoveType(out.scalar_type());
   void* recv = dst.data_ptr();
   const size_t n = Count(dst, e);
@@ -906,16 +1106,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::scatter(std::vector<at::Tensor
   call.Keep(dst);
   call.Then(CopyBack(out, dst));
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
+    const c10d::ReduceScatterOptions& opts) try {
   if (outputs.size() != 1 || inputs.size() != 1) {
     FailArgument(InvalidArgument("reduce_scatter takes one output tensor and one list of inputs"));
   }
   const at::Tensor& out = outputs[0];
   if (Status s = CheckTensor(out, "reduce_scatter output"); !s.ok()) FailArgument(s);
+  if (Status s = CheckWritable(out, "reduce_scatter output"); !s.ok()) FailArgument(s);
   const std::vector<at::Tensor>& ins = inputs[0];
   if (Status s = CheckList(ins, static_cast<size_t>(size_), out, "reduce_scatter input list"); !s.ok()) {
     FailArgument(s);
@@ -925,14 +1128,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::reduce_scatter(
   Call call(c10d::OpType::REDUCE_SCATTER, outputs);
   const void* send = PreMultiplies(*red) ? nullptr : BackToBack(ins);
   if (send == nullptr || out.numel() == 0) {
-    at::Tensor flat = Concat(ins);
+    at::Tensor flat = Concat(ins, "reduce_scatter", "the input list");
     PreMultiply(*red, flat);
     send = flat.data_ptr();
     call.Keep(flat);
   } else {
     for (const at::Tensor& t : ins) call.Keep(t);
   }
-  at::Tensor dst = Dense(out);
+  at::Tensor dst = Dense(out, "reduce_scatter", "the output");
   void* recv = dst.data_ptr();
   const size_t n = static_cast<size_t>(dst.numel());
   const DataType dtype = red->dtype;
@@ -942,21 +1145,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::reduce_scatter(
   call.Keep(dst);
   call.Then(CopyBack(out, dst));
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::_reduce_scatter_base(
-    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) try {
   if (Status s = CheckTensor(input, "_reduce_scatter_base input"); !s.ok()) FailArgument(s);
   if (Status s = CheckTensor(output, "_reduce_scatter_base output"); !s.ok()) FailArgument(s);
-  if (output.scalar_type() != input.scalar_type() || input.numel() != size_ * output.numel()) {
+  if (output.scalar_type() != input.scalar_type() || input.numel() != TimesOrMax(size_, output.numel())) {
     FailArgument(InvalidArgument("_reduce_scatter_base input " + Describe(input) + " must have the dtype of output " +
                                  Describe(output) + " and " + std::to_string(size_) + " times its elements"));
   }
+  if (Status s = CheckWritable(output, "_reduce_scatter_base output"); !s.ok()) FailArgument(s);
   auto red = MapReduction(opts.reduceOp, input.scalar_type());
   if (!red.ok()) FailArgument(red.status());
   Call call(c10d::OpType::_REDUCE_SCATTER_BASE, {output});
-  at::Tensor src = ReductionInput(input, *red);
-  at::Tensor dst = Dense(output);
+  at::Tensor src = ReductionInput(input, *red, "_reduce_scatter_base", "the input");
+  at::Tensor dst = Dense(output, "_reduce_scatter_base", "the output");
   const void* send = src.data_ptr();
   void* recv = dst.data_ptr();
   const size_t n = static_cast<size_t>(dst.numel());
@@ -968,52 +1174,62 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::_reduce_scatter_base(
   call.Keep(dst);
   call.Then(CopyBack(output, dst));
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                                 std::vector<int64_t>& output_split_sizes,
                                                                 std::vector<int64_t>& input_split_sizes,
-                                                                const c10d::AllToAllOptions& opts) {
+                                                                const c10d::AllToAllOptions& opts) try {
   if (Status s = CheckTensor(input, "alltoall_base input"); !s.ok()) FailArgument(s);
   if (Status s = CheckTensor(output, "alltoall_base output"); !s.ok()) FailArgument(s);
   if (output.scalar_type() != input.scalar_type()) {
     FailArgument(InvalidArgument("alltoall_base output " + Describe(output) + " and input " + Describe(input) +
                                  " differ in dtype"));
   }
-  Call call(c10d::OpType::ALLTOALL_BASE, {output});
-  at::Tensor src = Dense(input);
-  at::Tensor dst = Dense(output);
+  if (Status s = CheckWritable(output, "alltoall_base output"); !s.ok()) FailArgument(s);
   const Elements e = MoveType(input.scalar_type());
-  const void* send = src.data_ptr();
-  void* recv = dst.data_ptr();
-  const CallOptions co = ToCallOptions(opts.timeout);
-  if (output_split_sizes.empty() && input_split_sizes.empty()) {
+  const bool equal = output_split_sizes.empty() && input_split_sizes.empty();
+  std::vector<size_t> send_counts, recv_counts;
+  if (equal) {
     if (input.numel() % size_ != 0 || output.numel() != input.numel()) {
       FailArgument(Status(Code::kBufferTooSmall, "alltoall_base with equal splits needs input " + Describe(input) +
                                                      " divisible by " + std::to_string(size_) +
                                                      " ranks and an output " + Describe(output) +
                                                      " of the same number of elements"));
     }
+  } else {
+    auto sc = SplitCounts(input, input_split_sizes, size_, e, "alltoall_base input");
+    if (!sc.ok()) FailArgument(sc.status());
+    auto rc = SplitCounts(output, output_split_sizes, size_, e, "alltoall_base output");
+    if (!rc.ok()) FailArgument(rc.status());
+    send_counts = std::move(sc).value();
+    recv_counts = std::move(rc).value();
+  }
+  Call call(c10d::OpType::ALLTOALL_BASE, {output});
+  at::Tensor src = Dense(input, "alltoall_base", "the input");
+  at::Tensor dst = Dense(output, "alltoall_base", "the output");
+  const void* send = src.data_ptr();
+  void* recv = dst.data_ptr();
+  const CallOptions co = ToCallOptions(opts.timeout);
+  if (equal) {
     const size_t n = Count(src, e) / static_cast<size_t>(size_);
     call.ops.push_back([=](Communicator& c) { return c.Alltoall(send, recv, n, e.dtype, co); });
   } else {
-    auto send_counts = SplitCounts(input, input_split_sizes, size_, e, "alltoall_base input");
-    if (!send_counts.ok()) FailArgument(send_counts.status());
-    auto recv_counts = SplitCounts(output, output_split_sizes, size_, e, "alltoall_base output");
-    if (!recv_counts.ok()) FailArgument(recv_counts.status());
-    call.ops.push_back([=, sc = *send_counts, rc = *recv_counts](Communicator& c) {
-      return c.AlltoallV(send, sc, recv, rc, e.dtype, co);
-    });
+    call.ops.push_back([=](Communicator& c) { return c.AlltoallV(send, send_counts, recv, recv_counts, e.dtype, co); });
   }
   call.Keep(src);
   call.Keep(dst);
   call.Then(CopyBack(output, dst));
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::alltoall(std::vector<at::Tensor>& outputs,
                                                            std::vector<at::Tensor>& inputs,
-                                                           const c10d::AllToAllOptions& opts) {
+                                                           const c10d::AllToAllOptions& opts) try {
   const auto check = [&](const std::vector<at::Tensor>& ts, const std::string& what) {
     if (ts.size() != static_cast<size_t>(size_)) {
       FailArgument(Status(Code::kBufferTooSmall, "alltoall " + what + " list has " + std::to_string(ts.size()) +
@@ -1031,6 +1247,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::alltoall(std::vector<at::Tenso
   if (inputs.empty()) FailArgument(InvalidArgument("alltoall takes one input tensor per rank, got none"));
   check(inputs, "input");
   check(outputs, "output");
+  if (Status s = CheckWritableList(outputs, "alltoall output"); !s.ok()) FailArgument(s);
   Call call(c10d::OpType::ALLTOALL, outputs);
   const Elements e = MoveType(inputs[0].scalar_type());
   std::vector<size_t> send_counts, recv_counts;
@@ -1038,7 +1255,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::alltoall(std::vector<at::Tenso
   for (const at::Tensor& t : outputs) recv_counts.push_back(Count(t, e));
   const void* send = BackToBack(inputs);
   if (send == nullptr) {
-    at::Tensor flat = Concat(inputs);
+    at::Tensor flat = Concat(inputs, "alltoall", "the input list");
     send = flat.data_ptr();
     call.Keep(flat);
   } else {
@@ -1047,8 +1264,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::alltoall(std::vector<at::Tenso
   void* recv = BackToBack(outputs);
   if (recv == nullptr) {
     int64_t total = 0;
-    for (const at::Tensor& t : outputs) total += t.numel();
-    at::Tensor flat = at::empty({total}, outputs[0].options());
+    for (const at::Tensor& t : outputs) total = t.numel() > INT64_MAX - total ? INT64_MAX : total + t.numel();
+    at::Tensor flat = Empty(total, outputs[0].options(), "alltoall", "the output list (received together)");
     recv = flat.data_ptr();
     call.Keep(flat);
     call.Then([flat, outputs] { Split(flat, 0, outputs); });
@@ -1060,32 +1277,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::alltoall(std::vector<at::Tenso
     return c.AlltoallV(send, send_counts, recv, recv_counts, e.dtype, co);
   });
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::send(std::vector<at::Tensor>& tensors, int dst_rank,
-                                                       int tag) {
+                                                       int tag) try {
   if (tensors.size() != 1) FailArgument(InvalidArgument("send takes exactly one tensor"));
   const at::Tensor& t = tensors[0];
   if (Status s = CheckTensor(t, "send tensor"); !s.ok()) FailArgument(s);
   Call call(c10d::OpType::SEND, tensors);
-  at::Tensor src = Dense(t);
+  at::Tensor src = Dense(t, "send", "the tensor");
   const Elements e = MoveType(t.scalar_type());
   const void* p = src.data_ptr();
   const size_t n = Count(src, e);
   call.ops.push_back([=](Communicator& c) { return c.Send(p, n, e.dtype, dst_rank, tag); });
   call.Keep(src);
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::recv(std::vector<at::Tensor>& tensors, int src_rank,
-                                                       int tag) {
+                                                       int tag) try {
   if (tensors.size() != 1) FailArgument(InvalidArgument("recv takes exactly one tensor"));
   const at::Tensor& t = tensors[0];
   if (Status s = CheckTensor(t, "recv tensor"); !s.ok()) FailArgument(s);
+  if (Status s = CheckWritable(t, "recv tensor"); !s.ok()) FailArgument(s);
   const bool any = src_rank == Communicator::kAnySource;
   Call call(any ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, tensors);
   call.report_source = true;
-  at::Tensor dst = Dense(t);
+  at::Tensor dst = Dense(t, "recv", "the tensor");
   const Elements e = MoveType(t.scalar_type());
   void* p = dst.data_ptr();
   const size_t n = Count(dst, e);
@@ -1093,6 +1315,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::recv(std::vector<at::Tensor>& 
   call.Keep(dst);
   call.Then(CopyBack(t, dst));
   return Issue(call);
+} catch (const StagingFailed& e) {
+  FailArgument(e.status());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChoir::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {

@@ -18,7 +18,9 @@
 // Python) whose message is Status::ToString(), "E401 CollectiveMismatch: ...".
 // A bad argument detected here is treated the way choir treats one: the
 // communicator is aborted (its peers fail instead of waiting) and the call
-// throws; create a new process group to continue.
+// throws; create a new process group to continue. Bad arguments include
+// outputs whose elements share memory (expand()ed views: E100, checked before
+// communicating) and staging copies torch cannot allocate (E503).
 //
 // Thread-safety: every method may be called from any thread (DDP issues
 // gradient allreduces from its autograd thread). The choir calls of one c10d
@@ -43,14 +45,24 @@
 
 namespace choir::torch_backend {
 
+// The longest timeout used: 1e9 s (31 years), the longest deadline choir
+// keeps finite. Longer ones (timedelta(days=30000)) are clamped to it:
+// beyond it choir's deadline is "never", which it hands a store as a wait
+// of 2^63 ns, and torch's HashStore and FileStore add that to the clock,
+// overflow and fail at once.
+inline constexpr std::chrono::milliseconds kMaxTimeout{1'000'000'000'000};
+
 // A choir::Store over a c10d::Store (the TCPStore/PrefixStore of
 // init_process_group). c10d throws; this adapter returns Statuses instead: a
 // c10d timeout becomes StoreTimeout, a lost connection StoreUnreachable.
+// Waits longer than kMaxTimeout are clamped to it.
 // Thread-safety: as safe as the wrapped store (c10d's TCPStore serializes
 // requests internally).
 class TorchStore : public Store {
  public:
-  explicit TorchStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  // Throws a std::runtime_error "E100 InvalidArgument: store is None ..."
+  // for a null store.
+  explicit TorchStore(c10::intrusive_ptr<c10d::Store> store);
 
   Status Set(const std::string& key, const std::string& value) override;
   Result<std::string> Get(const std::string& key) override;
@@ -110,8 +122,10 @@ class ProcessGroupChoir : public c10d::ProcessGroup {
   using BlockingRegion = std::function<void(const std::function<void()>&)>;
 
   // Joins a communicator of `size` ranks through `store`; `timeout` is the
-  // deadline of the rendezvous and the default of every operation. Throws a
-  // std::runtime_error carrying the choir error when joining fails.
+  // deadline of the rendezvous and the default of every operation (at least
+  // 1 ms, else E100; more than kMaxTimeout is clamped). Throws a
+  // std::runtime_error carrying the choir error when joining fails (E100 for
+  // a null store).
   // `blocking` wraps the destructor's wait for queued operations, whose
   // completion may run callbacks that need a lock the destroying thread
   // holds (a Python future callback needs the GIL).

@@ -31,7 +31,7 @@ namespace py = pybind11;
 namespace choir::torch_backend {
 namespace {
 
-std::chrono::milliseconds ToMillis(std::chrono::duration<float> timeout) {
+std::chrono::milliseconds ToMillis(std::chrono::duration<double> timeout) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
 }
 
@@ -104,6 +104,11 @@ class SharedCpuAllocator final : public c10::Allocator {
   }
   void set_min_bytes(size_t n) { min_bytes_.store(n); }
 
+  // Every allocation served here is rounded up to this: a SharedBuffer is a
+  // file of its own (one descriptor, whole pages populated at once), so small
+  // ones would waste memory and descriptors.
+  static constexpr size_t kGrain = 64 * 1024;
+
   c10::DataPtr allocate(size_t n) const override {
     if (n < min_bytes_.load()) return fallback_->allocate(n);
     const size_t rounded = (n + kGrain - 1) / kGrain * kGrain;
@@ -124,8 +129,6 @@ class SharedCpuAllocator final : public c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return &Release; }
 
  private:
-  static constexpr size_t kGrain = 64 * 1024;
-
   explicit SharedCpuAllocator(c10::Allocator* fallback) : fallback_(fallback) {}
   SharedCpuAllocator& Self() const { return const_cast<SharedCpuAllocator&>(*this); }
 
@@ -192,7 +195,7 @@ PYBIND11_MODULE(_C, m) {
       "which call it with the group's store, rank, size and timeout.")
       // The constructor waits for every rank: it must not hold the GIL.
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       std::chrono::duration<float> timeout) {
+                       std::chrono::duration<double> timeout) {
              return c10::make_intrusive<ProcessGroupChoir>(store, rank, size, ToMillis(timeout),
                                                            choir::torch_backend::WithoutGil);
            }),
@@ -246,8 +249,15 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "_use_shared_allocator",
       [](int64_t min_bytes) {
-        if (min_bytes < 1) throw std::runtime_error(choir::InvalidArgument("min_bytes must be at least 1, got " +
-                                                                           std::to_string(min_bytes)).ToString());
+        using choir::torch_backend::SharedCpuAllocator;
+        if (min_bytes < static_cast<int64_t>(SharedCpuAllocator::kGrain)) {
+          throw std::runtime_error(
+              choir::InvalidArgument("use_shared_allocator min_bytes is " + std::to_string(min_bytes) +
+                                     "; it must be at least " + std::to_string(SharedCpuAllocator::kGrain) +
+                                     " (64 KiB): every shared tensor takes whole 64 KiB grains of populated shared "
+                                     "memory and a file descriptor, which smaller tensors would waste")
+                  .ToString());
+        }
         // Every SharedBuffer holds a file descriptor (peers take it over):
         // a model with many large tensors needs more than the usual soft
         // limit of 1024, so raise it to the hard limit once.
@@ -256,7 +266,7 @@ PYBIND11_MODULE(_C, m) {
           lim.rlim_cur = lim.rlim_max;
           setrlimit(RLIMIT_NOFILE, &lim);
         }
-        auto& a = choir::torch_backend::SharedCpuAllocator::Get();
+        auto& a = SharedCpuAllocator::Get();
         a.set_min_bytes(static_cast<size_t>(min_bytes));
         c10::SetCPUAllocator(&a, /*priority=*/100);
       },

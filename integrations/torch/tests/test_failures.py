@@ -97,3 +97,103 @@ def test_destroying_a_group_with_pending_future_callbacks():
     for r in launched:
         assert r.result["callbacks"] == [2.0] * 4, r.result
         assert r.result["values"] == [2.0] * 4, r.result
+
+
+def test_more_bad_arguments_fail_fast_and_release_peers():
+    """Splits that wrap around, staging copies torch cannot allocate, outputs
+    that share memory: numbered errors before anything is sent, and the peers
+    are told at once (E402 carrying the error) instead of waiting."""
+    launched = ranks.launch("bad_input", 3, timeout=180)
+    x = "6148914691236517207"
+    expected = {
+        "alltoall_wrapping_splits": ("E107", f"alltoall_base input split size [0] = {x} is more than the 5 rows "
+                                             "of Float[5]; each split must be 0..5"),
+        "alltoall_negative_split": ("E100", "alltoall_base input split size [0] = -1 is negative"),
+        "alltoall_splits_past_rows": ("E107", "split size [1] = 3 brings the split sizes so far to more than the 5 "
+                                              "rows"),
+        "oom_broadcast_root": ("E503", "broadcast needs 4398046511104 bytes for a staging copy of the tensor "
+                                       "Float[1099511627776]"),
+        "oom_reduce": ("E503", "reduce needs 4398046511104 bytes for a staging copy"),
+        "oom_send": ("E503", "send needs 4398046511104 bytes for a staging copy"),
+        "oom_alltoall_list": ("E503", "alltoall needs 13194139533312 bytes for a staging copy of the 3 tensors"),
+        "overlap_allreduce": ("E100", "allreduce tensor Float[4] has elements that share memory"),
+        "overlap_allreduce_huge": ("E100", "allreduce tensor Float[1099511627776] has elements that share memory"),
+        "overlap_broadcast_nonroot": ("E100", "broadcast tensor Float[4] has elements that share memory"),
+        "overlap_allgather_output": ("E100", "allgather output list[0] Float[3] has elements that share memory"),
+        "overlap_recv": ("E100", "recv tensor Float[2, 3] has elements that share memory"),
+    }
+    bad = launched[0].result
+    for name, (code, text) in expected.items():
+        error = bad[name]["error"]
+        assert error_code(error) == code, (name, bad[name])
+        assert text in error, (name, error)
+        if code == "E100" and name.startswith("overlap"):
+            assert "clone() it" in error, (name, error)
+        assert bad[name]["status"].startswith("E402 Aborted"), (name, bad[name])
+        assert bad[name]["seconds"] < 5, (name, bad[name])
+        for peer in launched[1:]:
+            got = peer.result[name]
+            assert error_code(got["error"]) == "E402", (name, peer.rank, got)
+            assert text in got["error"], (name, peer.rank, got)
+            assert got["seconds"] < 10, (name, peer.rank, got)
+    assert all(r.result["default_ok"] for r in launched)
+
+
+@pytest.mark.parametrize("pattern", ["irecv_then_send", "batch"])
+def test_receive_posted_before_the_send_on_both_ranks_is_a_timeout_that_says_what_to_do(pattern):
+    """A documented limit (a recv holds its group until its message arrives):
+    the exchange ends after the group's 2 s timeout with E400 saying to issue
+    the send first on one rank, not in a hang; ordered exchanges still work."""
+    launched = ranks.launch("p2p_order", 2, pattern, timeout=60)
+    for r in launched:
+        error = r.result["error"]
+        assert error_code(error) == "E400", error
+        assert "recv from rank" in error and "issue that send first on one of the two ranks" in error, error
+        assert "(integrations/torch/README.md, Limits)" in error, error
+        assert 1.5 < r.result["seconds"] < 8, r.result
+        assert r.result["ordered_ok"], r.result
+
+
+def test_huge_group_timeout_waits_instead_of_failing():
+    """new_group(timeout=timedelta(days=30000)) with a late rank: it joins and works."""
+    launched = ranks.launch("long_timeout", 2, timeout=60)
+    for r in launched:
+        assert r.result["sum"] == [2.0] * 3, r.result
+    assert launched[0].result["joined_seconds"] > 1.0, launched[0].result
+
+
+def test_arguments_checked_without_peers():
+    result = ranks.launch("local_args", 1, timeout=60)[0].result
+    expected = {
+        "pg_store_none": ("E100", "store is None"),
+        "adapter_store_none": ("E100", "store is None"),
+        "timeout_zero": ("E100", "timeout is 0 ms; the deadline of rendezvous and of every operation must be at "
+                                 "least 1 ms"),
+        "timeout_negative": ("E100", "timeout is -5000 ms"),
+        "new_group_empty": ("E100", "as new_group(ranks=[]) does; a group needs at least one rank"),
+        "empty_shared_minus_1": ("E100", "empty_shared dimension 0 of (-1,) is -1; sizes must be 0 or more"),
+        "empty_shared_minus_2_3": ("E100", "empty_shared dimension 0 of (-2, 3) is -2"),
+        "empty_shared_minus_1_minus_1": ("E100", "empty_shared dimension 0 of (-1, -1) is -1"),
+        "empty_shared_tuple_minus_4": ("E100", "empty_shared dimension 0 of (-4,) is -4"),
+        "empty_shared_float_dim": ("E100", "empty_shared dimension 0 of (2.5,) is 2.5 (float); give an integer"),
+        "empty_shared_dtype_none": ("E100", "empty_shared dtype is None; give a torch.dtype"),
+        "empty_shared_dtype_str": ("E100", "empty_shared dtype is 'float32'; give a torch.dtype"),
+        # SharedBuffer::Allocate refuses more than MemAvailable (32 TiB here).
+        "empty_shared_2_45_bytes": ("E503", "a shared buffer of 32 TiB does not fit"),
+        "empty_shared_past_int64": ("E503", "needs 4835703278458516698824704 bytes"),
+        "allocator_1": ("E100", "use_shared_allocator min_bytes is 1; it must be at least 65536 (64 KiB)"),
+        "allocator_1_5": ("E100", "use_shared_allocator min_bytes is 1.5 (float); give an integer"),
+        "allocator_below_grain": ("E100", "min_bytes is 65535; it must be at least 65536"),
+        "allocator_0": ("E100", "min_bytes is 0; it must be at least 65536"),
+        "allocator_negative": ("E100", "min_bytes is -1; it must be at least 65536"),
+        "allocator_past_int64": ("E100", "it must be at most 2**63 - 1"),
+    }
+    for name, (code, text) in expected.items():
+        error = result[name]["error"]
+        assert result[name]["type"] == "RuntimeError", (name, result[name])
+        assert error_code(error) == code, (name, error)
+        assert text in error, (name, error)
+    assert result["empty_shared_zero_ok"] and result["pg_long_timeout_ok"], result
+    # timedelta(days=30000) on a HashStore: still waiting for the missing rank
+    # (it failed at once with E200 before).
+    assert result["long_timeout_still_waiting"], result["long_timeout_wait"]

@@ -66,3 +66,12 @@ def test_matrix_covers_every_dtype_and_op():
         for op in ["BAND", "BOR", "BXOR"]:
             assert f"allreduce/{dtype}/{op}/contig" in names
     assert "broadcast/int16/contig/n5" in names and "allgather/complex64/contig/n5" in names
+
+
+def test_outputs_that_require_grad():
+    """Parameters and views of them as outputs (gloo accepts them): the result
+    is written, the tensors stay leaves that require grad, autograd still works."""
+    for rank, result in enumerate(r.result for r in ranks.launch("grad_outputs", 2, timeout=60)):
+        assert len(result) == 5, result
+        failed = {k: v for k, v in result.items() if v != "ok"}
+        assert not failed, f"rank {rank}: {failed}"

@@ -606,12 +606,12 @@ def scenario_ops():
 class Net(torch.nn.Module):
     """Small MLP with a branch used only on some steps (for find_unused_parameters)."""
 
-    def __init__(self):
+    def __init__(self, hidden=32):
         super().__init__()
-        self.fc1 = torch.nn.Linear(8, 32)
-        self.fc2 = torch.nn.Linear(32, 32)
-        self.side = torch.nn.Linear(32, 32)
-        self.head = torch.nn.Linear(32, 4)
+        self.fc1 = torch.nn.Linear(8, hidden)
+        self.fc2 = torch.nn.Linear(hidden, hidden)
+        self.side = torch.nn.Linear(hidden, hidden)
+        self.head = torch.nn.Linear(hidden, 4)
 
     def forward(self, x, use_side=True):
         h = torch.relu(self.fc1(x))
@@ -632,9 +632,9 @@ def batch(step):
     return x, y
 
 
-def make_model():
+def make_model(hidden=32):
     torch.manual_seed(0)
-    return Net().double()
+    return Net(hidden).double()
 
 
 def make_optimizer(params, kind, zero=False):
@@ -648,9 +648,9 @@ def make_optimizer(params, kind, zero=False):
     return torch.optim.SGD(params, lr=0.1, momentum=0.9)
 
 
-def train_reference(kind, unused):
+def train_reference(kind, unused, hidden=32):
     """One process over the global batch: what every DDP rank must end with."""
-    model = make_model()
+    model = make_model(hidden)
     opt = make_optimizer(model.parameters(), kind)
     losses = []
     for step in range(STEPS):
@@ -665,14 +665,18 @@ def train_reference(kind, unused):
 
 def scenario_train(backend, kind, zero, unused, bucket_mb):
     # "choir+hook": DDP with choir.torch.allreduce_hook instead of its default
-    # hook; "+shared": every tensor of 4 KiB or more from choir.torch.use_shared_allocator.
+    # hook; "+shared": every tensor of 64 KiB or more (the least use_shared_allocator
+    # takes) from choir.torch.use_shared_allocator, with hidden layers of 128 so
+    # that the 128x128 float64 weights (128 KiB), their gradients and buckets are.
     backend, *flags = backend.split("+")
     hook = "hook" in flags
+    hidden = 32
     if "shared" in flags:
-        choir.torch.use_shared_allocator(4096)
+        choir.torch.use_shared_allocator(64 * 1024)
+        hidden = 128
     init(backend)
     from torch.nn.parallel import DistributedDataParallel as DDP
-    model = make_model()
+    model = make_model(hidden)
     # Perturb rank > 0's initial weights: DDP must broadcast rank 0's.
     if RANK > 0:
         with torch.no_grad():
@@ -695,7 +699,7 @@ def scenario_train(backend, kind, zero, unused, bucket_mb):
         lt = loss.detach().clone()
         dist.all_reduce(lt)
         losses.append(lt.item() / WORLD)
-    ref_model, ref_opt, ref_losses = train_reference(kind, unused)
+    ref_model, ref_opt, ref_losses = train_reference(kind, unused, hidden)
     diffs = {}
     for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
         diffs[name] = (p.detach() - q.detach()).abs().max().item() / max(q.abs().max().item(), 1e-30)
@@ -1003,6 +1007,204 @@ def scenario_shared():
     dist.destroy_process_group()
 
 
+# A split size that wraps: three of them add up to 2**64 + 5, which a signed
+# 64-bit sum sees as 5.
+WRAPPING_SPLIT = 6148914691236517207
+# Elements of an expand()ed tensor: 4 TiB of float32 as soon as anything
+# copies it, while the view itself takes 4 bytes.
+HUGE = 2 ** 40
+
+
+def scenario_bad_input():
+    """More bad arguments (3 ranks), each on a fresh group: rank 0 passes it,
+    the others make a valid call and must be released (E402), not wait."""
+    init()
+    x = WRAPPING_SPLIT
+    cases = {
+        "alltoall_wrapping_splits": lambda g: dist.all_to_all_single(torch.zeros(5), torch.ones(5), [x] * WORLD,
+                                                                     [x] * WORLD, group=g),
+        "alltoall_negative_split": lambda g: dist.all_to_all_single(torch.zeros(5), torch.ones(5),
+                                                                    [5] + [0] * (WORLD - 1),
+                                                                    [-1, 6] + [0] * (WORLD - 2), group=g),
+        "alltoall_splits_past_rows": lambda g: dist.all_to_all_single(torch.zeros(5), torch.ones(5),
+                                                                      [5] + [0] * (WORLD - 1),
+                                                                      [3, 3] + [0] * (WORLD - 2), group=g),
+        # Staging copies torch cannot allocate: E503 before anything is sent.
+        "oom_broadcast_root": lambda g: dist.broadcast(torch.zeros(1).expand(HUGE), src=0, group=g),
+        "oom_reduce": lambda g: dist.reduce(torch.zeros(1).expand(HUGE), dst=1, group=g),
+        "oom_send": lambda g: dist.send(torch.zeros(1).expand(HUGE), 1, group=g),
+        "oom_alltoall_list": lambda g: dist.all_to_all([torch.zeros(1) for _ in range(WORLD)],
+                                                       [torch.zeros(1).expand(HUGE) for _ in range(WORLD)], group=g),
+        # Outputs whose elements share memory: refused before communicating.
+        "overlap_allreduce": lambda g: dist.all_reduce(torch.ones(1).expand(4), group=g),
+        "overlap_allreduce_huge": lambda g: dist.all_reduce(torch.zeros(1).expand(HUGE), group=g),
+        "overlap_broadcast_nonroot": lambda g: dist.broadcast(torch.ones(1).expand(4), src=1, group=g),
+        "overlap_allgather_output": lambda g: dist.all_gather([torch.zeros(1).expand(3) for _ in range(WORLD)],
+                                                              torch.ones(3), group=g),
+        "overlap_recv": lambda g: dist.recv(torch.zeros(2, 1).expand(2, 3), 1, group=g),
+    }
+    out = {}
+    for name, fn in cases.items():
+        group = dist.new_group(backend="choir")
+        if RANK == 0:
+            out[name] = error_of(lambda: fn(group))
+        else:
+            out[name] = error_of(lambda: dist.all_reduce(torch.ones(1), group=group))
+        out[name]["status"] = group.communicator_status()
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    out["default_ok"] = t.tolist() == [float(WORLD)] * 2
+    write_result(out)
+    os._exit(0)
+
+
+def scenario_grad_outputs():
+    """Outputs that are parameters or views of them (requires_grad), as gloo
+    accepts them: the result is written without autograd recording."""
+    init()
+    c = Checks()
+
+    def view_of_parameter():
+        p = torch.nn.Parameter(torch.ones(3, 2))
+        dist.all_reduce(p.t())  # non-contiguous: staged, then copied back
+        assert p.requires_grad and p.grad is None and p.is_leaf
+        assert torch.equal(p.detach(), torch.full((3, 2), float(WORLD))), p.tolist()
+
+    def coalesced_parameters():
+        ps = [torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2, 2))]
+        dist.all_reduce_coalesced(ps)
+        for p in ps:
+            assert p.requires_grad and p.is_leaf
+            assert bool((p.detach() == WORLD).all()), p.tolist()
+
+    def broadcast_into_parameter_view():
+        p = torch.nn.Parameter(torch.full((2, 3), float(RANK)))
+        dist.broadcast(p.t(), src=WORLD - 1)
+        assert torch.equal(p.detach(), torch.full((2, 3), float(WORLD - 1))), p.tolist()
+
+    def premul_sum_into_parameter():
+        p = torch.nn.Parameter(torch.ones(4))  # contiguous, but PREMUL_SUM stages a scaled copy
+        dist.all_reduce(p, op=dist._make_nccl_premul_sum(PREMUL_FACTOR))
+        assert torch.equal(p.detach(), torch.full((4,), WORLD * PREMUL_FACTOR)), p.tolist()
+
+    def gradients_still_flow():
+        # Autograd still works on the parameter afterwards.
+        p = torch.nn.Parameter(torch.ones(3, 2))
+        dist.all_reduce(p.t())
+        (p * 2).sum().backward()
+        assert torch.equal(p.grad, torch.full((3, 2), 2.0)), p.grad
+
+    for name, fn in [("view_of_parameter", view_of_parameter), ("coalesced_parameters", coalesced_parameters),
+                     ("broadcast_into_parameter_view", broadcast_into_parameter_view),
+                     ("premul_sum_into_parameter", premul_sum_into_parameter),
+                     ("gradients_still_flow", gradients_still_flow)]:
+        c.run(name, fn)
+    dist.barrier()
+    dist.destroy_process_group()
+    write_result(c.results)
+
+
+def scenario_p2p_order(pattern):
+    """Both ranks post a receive before the send the other one waits for: a
+    documented limit (a recv holds the group until its message arrives). It
+    must end in E400 naming the way out, after the group's 2 s timeout."""
+    init()
+    group = dist.new_group(backend="choir", timeout=datetime.timedelta(seconds=2))
+    peer = 1 - RANK
+    x, y = torch.zeros(2), torch.full((2,), float(RANK))
+
+    def irecv_then_send():
+        req = dist.irecv(x, peer, group=group)
+        dist.send(y, peer, group=group)
+        req.wait()
+
+    def batch():
+        ops = [dist.P2POp(dist.irecv, x, peer, group), dist.P2POp(dist.isend, y, peer, group)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+
+    result = error_of(irecv_then_send if pattern == "irecv_then_send" else batch)
+    # The default group still works, and the exchange in a working order does.
+    a, b = torch.full((2,), float(RANK)), torch.zeros(2)
+    if RANK == 0:
+        dist.send(a, peer)
+        dist.recv(b, peer)
+    else:
+        dist.recv(b, peer)
+        dist.send(a, peer)
+    result["ordered_ok"] = b.tolist() == [float(peer)] * 2
+    write_result(result)
+    os._exit(0)
+
+
+def scenario_long_timeout():
+    """A group with timedelta(days=30000): the rendezvous waits (rank 1 comes
+    late) instead of failing at once; collectives work."""
+    init()
+    if RANK == 1:
+        time.sleep(1.5)
+    start = time.monotonic()
+    group = dist.new_group(backend="choir", timeout=datetime.timedelta(days=30000))
+    joined = time.monotonic() - start
+    t = torch.ones(3)
+    dist.all_reduce(t, group=group)
+    write_result({"joined_seconds": joined, "sum": t.tolist()})
+    dist.destroy_process_group(group)
+    dist.destroy_process_group()
+
+
+def scenario_local_args():
+    """Arguments checked without peers (one rank): each raises a numbered error."""
+    init()
+    from choir.torch import _C
+    store = dist.HashStore()
+    two_s = datetime.timedelta(seconds=2)
+    cases = {
+        "pg_store_none": lambda: choir.torch.ProcessGroupChoir(None, 0, 1, two_s),
+        "adapter_store_none": lambda: _C._StoreAdapter(None).set("k", b"v"),
+        "timeout_zero": lambda: choir.torch.ProcessGroupChoir(store, 0, 2, datetime.timedelta(seconds=0)),
+        "timeout_negative": lambda: choir.torch.ProcessGroupChoir(store, 0, 2, datetime.timedelta(seconds=-5)),
+        "new_group_empty": lambda: dist.new_group([], backend="choir"),
+        "empty_shared_minus_1": lambda: choir.torch.empty_shared(-1),
+        "empty_shared_minus_2_3": lambda: choir.torch.empty_shared(-2, 3),
+        "empty_shared_minus_1_minus_1": lambda: choir.torch.empty_shared(-1, -1),
+        "empty_shared_tuple_minus_4": lambda: choir.torch.empty_shared((-4,)),
+        "empty_shared_float_dim": lambda: choir.torch.empty_shared(2.5),
+        "empty_shared_dtype_none": lambda: choir.torch.empty_shared(3, dtype=None),
+        "empty_shared_dtype_str": lambda: choir.torch.empty_shared(3, dtype="float32"),
+        "empty_shared_2_45_bytes": lambda: choir.torch.empty_shared(2 ** 43, dtype=torch.float32),
+        "empty_shared_past_int64": lambda: choir.torch.empty_shared(2 ** 40, 2 ** 40),
+        "allocator_1": lambda: choir.torch.use_shared_allocator(1),
+        "allocator_1_5": lambda: choir.torch.use_shared_allocator(1.5),
+        "allocator_below_grain": lambda: choir.torch.use_shared_allocator(65535),
+        "allocator_0": lambda: choir.torch.use_shared_allocator(0),
+        "allocator_negative": lambda: choir.torch.use_shared_allocator(-1),
+        "allocator_past_int64": lambda: choir.torch.use_shared_allocator(2 ** 70),
+    }
+    out = {name: error_of(fn) for name, fn in cases.items()}
+    # Valid calls next to the refused ones still work.
+    t = choir.torch.empty_shared(2, 0, dtype=torch.int64)
+    out["empty_shared_zero_ok"] = list(t.shape) == [2, 0]
+    pg = choir.torch.ProcessGroupChoir(store, 0, 1, datetime.timedelta(days=30000))
+    out["pg_long_timeout_ok"] = pg.communicator_status() == "OK"
+    # A group of 2 whose rank 1 never comes, with timedelta(days=30000): the
+    # rendezvous must keep waiting (it failed at once: a wait past the
+    # HashStore's clock range), here for the 1.5 s we watch it.
+    waiting = {"error": None}
+
+    def join():
+        waiting.update(error_of(lambda: choir.torch.ProcessGroupChoir(dist.HashStore(), 0, 2,
+                                                                      datetime.timedelta(days=30000))))
+
+    th = threading.Thread(target=join, daemon=True)
+    th.start()
+    th.join(1.5)
+    out["long_timeout_still_waiting"] = th.is_alive() and waiting["error"] is None
+    out["long_timeout_wait"] = waiting
+    write_result(out)
+    os._exit(0)
+
+
 def main():
     name, args = sys.argv[1], sys.argv[2:]
     if name == "ops":
@@ -1030,6 +1232,16 @@ def main():
         scenario_latency(int(args[0]))
     elif name == "shared":
         scenario_shared()
+    elif name == "bad_input":
+        scenario_bad_input()
+    elif name == "grad_outputs":
+        scenario_grad_outputs()
+    elif name == "p2p_order":
+        scenario_p2p_order(args[0])
+    elif name == "long_timeout":
+        scenario_long_timeout()
+    elif name == "local_args":
+        scenario_local_args()
     else:
         raise SystemExit(f"unknown scenario {name}")
 

@@ -19,7 +19,7 @@ large collective, the ranks read each other's tensors directly (see
 docs/algorithms.md). ``group.last_algorithm()`` names the algorithm of the
 last finished operation ("shm_pipe+shared" when it did).
 """
-import math
+import operator
 
 import torch  # noqa: F401  (must come first: it registers the ProcessGroup base class)
 import torch.distributed as dist
@@ -34,19 +34,61 @@ __version__ = _C.__version__
 BACKEND = "choir"
 
 
+_INT64_MAX = (1 << 63) - 1
+
+
+def _invalid(message):
+    return RuntimeError(f"E100 InvalidArgument: {message}")
+
+
 def _create_process_group(store, rank, size, timeout):
     """The creator torch.distributed calls for backend="choir"."""
+    if rank is None:
+        # torch 1.13's new_group(ranks=[]) treats the empty list like the
+        # default group's and calls every rank's creator with rank=None and
+        # size 0 (ranks left out of a non-empty list get no call at all).
+        raise _invalid(f"torch asked for a process group of {size} ranks without this rank (rank=None), "
+                       "as new_group(ranks=[]) does; a group needs at least one rank: list its ranks, or pass "
+                       "ranks=None for all of them")
     return ProcessGroupChoir(store, rank, size, timeout)
 
 
+def _index(value, what):
+    """`value` as a Python int (ints, numpy and 0-dim integer tensors), else E100."""
+    if isinstance(value, bool):
+        raise _invalid(f"{what} is {value!r}; give an integer")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise _invalid(f"{what} is {value!r} ({type(value).__name__}); give an integer") from None
+
+
 def empty_shared(*size, dtype=torch.float32):
-    """A zero-filled contiguous CPU tensor of `size` in memory the host's ranks share."""
+    """A zero-filled contiguous CPU tensor of `size` in memory the host's ranks share.
+
+    Raises RuntimeError "E100 InvalidArgument" for a negative or non-integer
+    dimension or a dtype that is not a torch.dtype, and "E503 OutOfMemory"
+    when the host has too little memory available (the buffer is populated
+    at once, so it is refused instead of inviting the OOM killer later).
+    """
+    if not isinstance(dtype, torch.dtype):
+        raise _invalid(f"empty_shared dtype is {dtype!r}; give a torch.dtype such as torch.float32")
     if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
         size = tuple(size[0])
-    count = math.prod(size)
+    size = tuple(_index(d, f"empty_shared dimension {i} of {size}") for i, d in enumerate(size))
+    for i, d in enumerate(size):
+        if d < 0:
+            raise _invalid(f"empty_shared dimension {i} of {size} is {d}; sizes must be 0 or more")
+    count = 1
+    for d in size:
+        count *= d
     itemsize = torch.empty((), dtype=dtype).element_size()
-    raw = _C._shared_bytes(max(count * itemsize, 1))
-    return raw[: count * itemsize].view(dtype).view(size)
+    nbytes = count * itemsize
+    if nbytes > _INT64_MAX:
+        raise RuntimeError(f"E503 OutOfMemory: empty_shared{size} of {dtype} needs {nbytes} bytes, more than "
+                           "any host has; allocate less")
+    raw = _C._shared_bytes(max(nbytes, 1))
+    return raw[:nbytes].view(dtype).view(size)
 
 
 def use_shared_allocator(min_bytes=1 << 20):
@@ -60,8 +102,16 @@ def use_shared_allocator(min_bytes=1 << 20):
     process's soft limit of open files to its hard limit; when buffers cannot
     be had, tensors come from torch's allocator. It cannot be undone in a
     process.
+
+    `min_bytes` must be an integer of at least 64 KiB (65536): every buffer
+    takes whole 64 KiB grains of populated shared memory and a file
+    descriptor, which smaller tensors would waste (E100 otherwise).
     """
-    _C._use_shared_allocator(int(min_bytes))
+    # 1.5 must not become 1; the C++ side checks the lower bound.
+    min_bytes = _index(min_bytes, "use_shared_allocator min_bytes")
+    if min_bytes > _INT64_MAX:
+        raise _invalid(f"use_shared_allocator min_bytes is {min_bytes}; it must be at most 2**63 - 1")
+    _C._use_shared_allocator(min_bytes)
 
 
 def allreduce_hook(process_group, bucket):
