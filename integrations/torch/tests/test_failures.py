@@ -30,6 +30,7 @@ def test_rank_exiting_mid_training_fails_the_others(world_size, die_at):
     ("op", "but rank 0 called allreduce"),
     ("count", "called allreduce(float32 x"),
     ("dtype", "called allreduce(int32 x 4"),
+    ("p2p_dtype", "sent float32 elements with tag 0 but this Recv expects int32"),
 ])
 def test_mismatched_collectives_raise_e401(kind, detail):
     launched = ranks.launch("mismatch", 2, kind, timeout=60)

@@ -776,6 +776,13 @@ def scenario_mismatch(kind):
     elif kind == "dtype":
         t = torch.ones(4, dtype=torch.float32 if RANK == 0 else torch.int32)
         c = error_of(lambda: dist.all_reduce(t))
+    elif kind == "p2p_dtype":
+        # Same byte length, another type: the receiver refuses it; the sender's
+        # send completed, and it hears of the receiver's failure next.
+        if RANK == 0:
+            c = error_of(lambda: (dist.send(torch.ones(4), 1), dist.barrier()))
+        else:
+            c = error_of(lambda: dist.recv(torch.zeros(4, dtype=torch.int32), 0))
     write_result(c)
     os._exit(0)
 
