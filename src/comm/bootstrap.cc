@@ -71,6 +71,10 @@ Result<CommConfig> ResolveConfig(const CommOptions& options) {
   CHOIR_RETURN_IF_ERROR(params::CheckAll());
   CommConfig c;
   c.name = options.name.empty() ? "world" : options.name;
+  // The name prefixes every store key of the communicator (and of its splits).
+  if (c.name.size() > 1024) {
+    return InvalidArgument(fmt::format("CommOptions::name is {} bytes; give a name of at most 1024", c.name.size()));
+  }
   c.job_id = options.job_id.empty() ? params::GetString(params::Id::kJobId) : options.job_id;
   c.host_id = options.host_id.empty() ? params::GetString(params::Id::kHostId) : options.host_id;
   if (c.host_id.empty()) c.host_id = DetectHostId();
@@ -300,11 +304,13 @@ int HostCpus() { return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)); }
 
 }  // namespace
 
+Status CommImpl::CheckOptions(const CommOptions& options) { return ResolveConfig(options).status(); }
+
 Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store, int rank, int size,
                                                    const CommOptions& options, const InheritedPlace* inherited) {
   if (store == nullptr) return InvalidArgument("Communicator::Create needs a store, got null");
-  if (size < 1) {
-    return Status(Code::kInvalidWorldSize, "world size must be >= 1, got " + std::to_string(size));
+  if (size < 1 || size > topology::kMaxWorldSize) {
+    return Status(Code::kInvalidWorldSize, fmt::format("world size must be 1 to {}, got {}", topology::kMaxWorldSize, size));
   }
   if (rank < 0 || rank >= size) {
     return Status(Code::kInvalidRank, "rank " + std::to_string(rank) + " is outside [0, " +
@@ -335,6 +341,17 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
                       ": the job id (CHOIR_JOB_ID), host id (CHOIR_HOST_ID) or communicator name is not UTF-8 "
                       "text; give ids of printable characters");
   }
+  // Two processes given the same rank would overwrite each other's hello and
+  // leave the job waiting for the rank nobody has: the second one to claim it
+  // says so at once, and the first one's timeout names it.
+  const std::string claim_key = "claim/" + std::to_string(rank);
+  CHOIR_ASSIGN_OR_RETURN(const int64_t claims, scoped->Add(claim_key, 1));
+  if (claims > 1) {
+    return Status(Code::kInvalidRank,
+                  fmt::format("rank {} of communicator '{}' was already taken by another process: two processes "
+                              "were started with the same rank (RANK={}); give every process its own rank",
+                              rank, config.name, rank));
+  }
   CHOIR_RETURN_IF_ERROR(scoped->Set("hello/" + std::to_string(rank), hello_text));
 
   std::vector<std::string> keys;
@@ -360,12 +377,17 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
     if (waited.code() != Code::kStoreTimeout || missing.empty()) {
       return waited.WithContext("rank " + std::to_string(rank) + " joining communicator '" + config.name + "'");
     }
+    const Result<int64_t> claims_now = scoped->Add(claim_key, 0);
+    const std::string twice =
+        claims_now.ok() && *claims_now > 1
+            ? fmt::format("; and another process was started as rank {} too (RANK given twice?)", rank)
+            : "";
     return Status(Code::kStoreTimeout,
                   "rank " + std::to_string(rank) + ": rank(s) " + list + " of " + std::to_string(size) +
                       " never joined communicator '" + config.name + "' within " +
                       fmt::format("{:.1f}", config.timeout_seconds) +
                       " s; they did not start, crashed before rendezvous, or use another store "
-                      "address or WORLD_SIZE");
+                      "address or WORLD_SIZE" + twice);
   }
   std::vector<transport::PeerInfo> peers;
   std::vector<RankPlace> places;

@@ -80,6 +80,9 @@ class CommImpl {
   Work Submit(algorithms::OpArgs args, const CallOptions& options);
   void Abort(const std::string& reason);
   Result<std::unique_ptr<CommImpl>> Split(int color, int key, const CommOptions& options);
+  // What Create would say about `options` (and the settings) before any
+  // rendezvous: OK, or the error.
+  static Status CheckOptions(const CommOptions& options);
 
  private:
   CommImpl(std::shared_ptr<Store> store, std::shared_ptr<Store> scoped, int rank, int size,

@@ -116,6 +116,33 @@ TEST(CommCreateTest, ManyMissingRanksAreGivenAsRangesAndCut) {
   EXPECT_LT(message.size(), 1000u) << message;
 }
 
+// Two processes given the same rank: the second is refused at once, and the
+// first one's timeout says the rank was given twice.
+TEST(CommCreateTest, ARankGivenTwiceIsNamed) {
+  auto store = NewMemoryStore();
+  auto first = Communicator::Create(store, 0, 2, Opts("tcp", 300ms));  // times out: rank 1 never comes
+  ASSERT_FALSE(first.ok());
+  auto second = Communicator::Create(store, 0, 2, Opts("tcp", 300ms));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), Code::kInvalidRank) << second.status().ToString();
+  EXPECT_NE(second.status().message().find("rank 0 of communicator 'world' was already taken by another process"),
+            std::string::npos)
+      << second.status().ToString();
+  // Both at once: one is refused, the other's timeout names the duplicate.
+  auto store2 = NewMemoryStore();
+  std::vector<Status> st(2);
+  std::vector<std::thread> th;
+  for (int i = 0; i < 2; ++i) {
+    th.emplace_back([&, i] { st[static_cast<size_t>(i)] = Communicator::Create(store2, 0, 2, Opts("tcp", 1s)).status(); });
+  }
+  for (auto& t : th) t.join();
+  const Status& refused = st[0].code() == Code::kInvalidRank ? st[0] : st[1];
+  const Status& waited = st[0].code() == Code::kInvalidRank ? st[1] : st[0];
+  EXPECT_EQ(refused.code(), Code::kInvalidRank) << refused.ToString();
+  EXPECT_EQ(waited.code(), Code::kStoreTimeout) << waited.ToString();
+  EXPECT_NE(waited.message().find("another process was started as rank 0 too"), std::string::npos) << waited.ToString();
+}
+
 TEST(CommCreateTest, JobMismatchIsRefused) {
   auto store = NewMemoryStore();
   std::vector<Status> st(2);
@@ -1076,6 +1103,34 @@ TEST(CommTest, SplitMakesIndependentGroups) {
     const int64_t want = color == 0 ? 0 + 2 : 1 + 3;
     return sum == want ? Status::Ok() : Status(Code::kInternal, "sum " + std::to_string(sum));
   });
+  ExpectAllOk(results);
+}
+
+// A rank whose options the new communicator would refuse says so in the
+// exchange: the other members of its color fail at once (they waited for it
+// until the timeout), other colors form as usual.
+TEST(CommTest, SplitWithRefusedOptionsFailsItsColorAtOnce) {
+  auto results = RunRanks(3, [](Communicator& comm) -> Status {
+    CommOptions options;
+    if (comm.rank() == 0) options.transport = "carrier-pigeon";
+    const auto start = std::chrono::steady_clock::now();
+    auto child = comm.Split(comm.rank() == 2 ? 2 : 1, comm.rank(), options);
+    if (std::chrono::steady_clock::now() - start > 5s) return Status(Code::kInternal, "took too long");
+    switch (comm.rank()) {
+      case 0:
+        return child.status().code() == Code::kInvalidArgument ? Status::Ok()
+                                                                : Status(Code::kInternal, "got " + child.status().ToString());
+      case 1:
+        if (child.status().code() != Code::kRemoteError ||
+            child.status().message().find("rank(s) 0 of the same color gave CommOptions") == std::string::npos) {
+          return Status(Code::kInternal, "got " + child.status().ToString());
+        }
+        return Status::Ok();
+      default:
+        if (!child.ok()) return child.status();
+        return (*child)->size() == 1 ? Status::Ok() : Status(Code::kInternal, "size");
+    }
+  }, Opts("shm", 20s));
   ExpectAllOk(results);
 }
 

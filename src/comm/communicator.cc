@@ -12,6 +12,7 @@
 #include "base/strings.h"
 #include "comm/comm_impl.h"
 #include "params/params.h"
+#include "topology/build.h"
 
 namespace choir {
 
@@ -173,10 +174,12 @@ Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(const CommOp
   CHOIR_RETURN_IF_ERROR(params::CheckAll());
   const int64_t rank = params::GetInt(params::Id::kRank);
   const int64_t size = params::GetInt(params::Id::kWorldSize);
-  if (size < 1) {
+  if (size < 1 || size > topology::kMaxWorldSize) {
     return Status(Code::kInvalidWorldSize,
-                  fmt::format("WORLD_SIZE is {} (from {}); start ranks with `choir run -n N` or export "
-                              "WORLD_SIZE", size, SettingSourceName(params::GetSource(params::Id::kWorldSize))));
+                  fmt::format("WORLD_SIZE is {} (from {}); it must be 1 to {}: start ranks with `choir run -n N` "
+                              "or export WORLD_SIZE",
+                              size, SettingSourceName(params::GetSource(params::Id::kWorldSize)),
+                              topology::kMaxWorldSize));
   }
   if (rank < 0 || rank >= size) {
     return Status(Code::kInvalidRank, fmt::format("RANK is {} but WORLD_SIZE is {}", rank, size));

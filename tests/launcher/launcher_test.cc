@@ -708,7 +708,7 @@ TEST(DoctorTest, ParamsReportsRejectedValuesAndUnknownVariables) {
 
 // Numbers outside their setting's range are refused by name, before they
 // are cut to an int, multiplied or allocated (CHOIR_TCP_CHUNK_BYTES=1T
-// aborted every rank; WORLD_SIZE=4294967297 ran as a 1-rank world).
+// aborted every rank; MASTER_PORT=4294967296 connected to port 1).
 TEST(DoctorTest, ParamsRefuseValuesOutsideTheirRange) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"CHOIR_TIMEOUT=0", "outside 0.001..31536000"},
@@ -716,7 +716,6 @@ TEST(DoctorTest, ParamsRefuseValuesOutsideTheirRange) {
       {"CHOIR_TCP_CHUNK_BYTES=1T", "outside 4K..256M"},
       {"CHOIR_TCP_STREAMS=0", "outside 1..64"},
       {"CHOIR_SPIN_US=9223372036854775807", "outside 0..1000000"},
-      {"WORLD_SIZE=4294967297", "outside -1..1048576"},
       {"MASTER_PORT=4294967296", "outside 1..65535"},
       {"CHOIR_LOG_SUBSYS=FOO", "not a list of subsystems"},
   };

@@ -256,6 +256,7 @@ TEST(EnvironmentTest, BadLaunchEnvironmentsGiveNumberedErrors) {
   const std::vector<Case> cases = {
       {{{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "E101"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "-4"}}, "E101"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "4294967297"}}, "E101"},  // ran as a 1-rank world when cut to int
       {{{"RANK", "5"}, {"WORLD_SIZE", "2"}}, "E102"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "two"}}, "E105"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"CHOIR_TIMEOUT", "soon"}}, "E105"},
