@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 
 #include "comm/work_state.h"
@@ -94,6 +95,39 @@ TEST(WorkStateTest, CallbacksRegisteredBeforeCompletionFinishBeforeWaitReturns) 
   EXPECT_EQ(seen_sequence, 7u);
   completer.join();
   EXPECT_DOUBLE_EQ(work.info().seconds, 0.25);
+}
+
+// A callback runs on the thread that completes operations: one that throws
+// is logged and dropped (it terminated the process), and one that waits for
+// an unfinished operation gets E100 at once (it waited forever: that thread
+// is the one that would run it). The later callbacks still run.
+TEST(WorkStateTest, CallbacksThatThrowOrWaitDoNotStopTheCompletingThread) {
+  auto state = std::make_shared<Work::State>();
+  Work work(state);
+  auto other_state = std::make_shared<Work::State>();
+  Work other(other_state);
+  Status waited, waited_for;
+  bool last_ran = false;
+  work.Then([](const Status&) { throw std::runtime_error("a user's mistake"); });
+  work.Then([](const Status&) { throw 42; });
+  work.Then([&](const Status&) {
+    waited = other.Wait();
+    waited_for = other.WaitFor(std::chrono::seconds(10));
+  });
+  work.Then([&](const Status&) { last_ran = true; });
+  const auto start = std::chrono::steady_clock::now();
+  std::thread completer([&] { state->Complete(Status::Ok(), SomeInfo()); });
+  EXPECT_TRUE(work.Wait().ok());
+  completer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_TRUE(last_ran);
+  for (const Status& s : {waited, waited_for}) {
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("inside a Then() callback"), std::string::npos) << s.ToString();
+  }
+  // Outside a callback, the same waits work as usual.
+  other_state->Complete(Status::Ok(), SomeInfo());
+  EXPECT_TRUE(other.Wait().ok());
 }
 
 // Without callbacks, a waiter asleep on the futex is woken.
