@@ -85,10 +85,11 @@ class Work {
   // Calls `callback` with the final status once the operation finishes: at once
   // (on this thread) if it already has, otherwise on the thread that completes
   // it. Wait() returns only after callbacks registered before completion ran.
-  // The callback must not block: Wait() or WaitFor() of an unfinished Work in a
-  // callback that runs on the completing thread returns InvalidArgument at once
-  // (that thread is the one that would run it). It may issue new operations. An
-  // exception from a callback on the completing thread is logged and dropped.
+  // The callback must not block: Wait() or WaitFor() of an unfinished Work of
+  // the same communicator in a callback that runs on the completing thread
+  // returns InvalidArgument at once (that thread is the one that would run it).
+  // It may issue new operations. An exception from a callback on the completing
+  // thread is logged and dropped.
   void Then(std::function<void(const Status&)> callback) const;
 
   struct State;

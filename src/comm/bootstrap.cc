@@ -73,7 +73,9 @@ Result<CommConfig> ResolveConfig(const CommOptions& options) {
   c.name = options.name.empty() ? "world" : options.name;
   // The name prefixes every store key of the communicator (and of its splits).
   if (c.name.size() > 1024) {
-    return InvalidArgument(fmt::format("CommOptions::name is {} bytes; give a name of at most 1024", c.name.size()));
+    return InvalidArgument(fmt::format("communicator name '{}...' is {} bytes (a split's name is its parent's "
+                                       "plus /splitN/colorC); give names of at most 1024",
+                                       c.name.substr(0, 40), c.name.size()));
   }
   c.job_id = options.job_id.empty() ? params::GetString(params::Id::kJobId) : options.job_id;
   c.host_id = options.host_id.empty() ? params::GetString(params::Id::kHostId) : options.host_id;
@@ -349,7 +351,8 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   if (claims > 1) {
     return Status(Code::kInvalidRank,
                   fmt::format("rank {} of communicator '{}' was already taken by another process: two processes "
-                              "were started with the same rank (RANK={}); give every process its own rank",
+                              "were started with the same rank (RANK={}); give every process its own rank and "
+                              "restart the job (its other ranks cannot form it and time out)",
                               rank, config.name, rank));
   }
   CHOIR_RETURN_IF_ERROR(scoped->Set("hello/" + std::to_string(rank), hello_text));

@@ -62,6 +62,7 @@ void CommImpl::Fail(const Status& status, bool broadcast) {
 
 Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
   auto state = std::make_shared<Work::State>();
+  state->owner = engine_.get();
   if (ForkedCopy()) [[unlikely]] {
     state->Complete(ForkedCopyError(algorithms::CollKindName(args.kind)), CompletionInfo{});
     return Work(std::move(state));
@@ -73,7 +74,20 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
   if ((small || p2p) && engine_->TryRunInline([&] { Execute(args, options, *state); })) return Work(std::move(state));
   // A thread that waits for this operation before the progress thread took
   // it runs it (and anything queued before it) itself.
-  state->help = [engine = std::weak_ptr<Engine>(engine_), raw = state.get()] {
+  state->help = [engine = std::weak_ptr<Engine>(engine_), raw = state.get(), generation = fork_generation_,
+                  creator = creator_pid_] {
+    if (ForkGeneration() != generation) [[unlikely]] {
+      // A forked child waits for an operation its parent queued: nothing in
+      // the child runs the queue, and it must not (the transport is the parent's).
+      if (!raw->is_done()) {
+        raw->Complete(Status(Code::kNotSupported,
+                             fmt::format("an operation queued in process {} cannot finish in process {}, a child "
+                                         "forked from it; wait for it before forking",
+                                         creator, getpid())),
+                      CompletionInfo{});
+      }
+      return;
+    }
     if (auto e = engine.lock()) e->Help([raw] { return raw->is_done(); });
   };
   engine_->Submit([this, args = std::move(args), options, state]() mutable { Execute(args, options, *state); },
@@ -82,6 +96,10 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
 }
 
 void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& state) {
+  if (ForkedCopy()) [[unlikely]] {  // queued before a fork, run in the child
+    state.Complete(ForkedCopyError(algorithms::CollKindName(args.kind)), CompletionInfo{});
+    return;
+  }
   CompletionInfo info;
   // Two clocks: a coarse one to place the deadline (one tick later than the
   // coarse reading, so never early, at most a tick late), and the operation

@@ -89,9 +89,9 @@ Status CommImpl::Validate(const OpArgs& a) const {
   const std::optional<size_t> recv_v = CheckedSum(a.recv_counts), send_v = CheckedSum(a.send_counts);
   const size_t limit = kMaxBufferBytes / es / static_cast<size_t>(size_);
   if (a.count > limit || !recv_v || !send_v || *recv_v > limit || *send_v > limit) {
-    return InvalidArgument(fmt::format("the element counts describe more than {} of {} elements: no address "
-                                       "space holds such a buffer; check the counts",
-                                       strings::FormatBytes(kMaxBufferBytes), DataTypeName(a.dtype)));
+    return InvalidArgument(fmt::format("the counts describe more {} elements than any address space holds "
+                                       "(all ranks' blocks together must stay under {}); check the counts",
+                                       DataTypeName(a.dtype), strings::FormatBytes(kMaxBufferBytes)));
   }
   // Buffers each rank needs (nullptr allowed only where the count is zero or
   // the rank ignores it), and where an in-place call puts its send buffer in
@@ -187,7 +187,13 @@ Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(const CommOp
   std::string host = params::GetString(params::Id::kMasterAddr);
   int port = static_cast<int>(params::GetInt(params::Id::kMasterPort)) + 1;
   const std::string addr = params::GetString(params::Id::kStoreAddr);
-  if (!addr.empty()) CHOIR_RETURN_IF_ERROR(net::SplitHostPort(addr, &host, &port).WithContext("CHOIR_STORE_ADDR"));
+  if (!addr.empty()) {
+    CHOIR_RETURN_IF_ERROR(net::SplitHostPort(addr, &host, &port).WithContext("CHOIR_STORE_ADDR"));
+  } else if (port > 65535) {
+    return Status(Code::kInvalidSetting,
+                  "MASTER_PORT=65535 leaves no port for the choir store (MASTER_PORT + 1); use a lower "
+                  "MASTER_PORT or set CHOIR_STORE_ADDR");
+  }
   TcpStoreClientOptions so;
   so.host = host;
   so.port = port;

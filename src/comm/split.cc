@@ -19,6 +19,8 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Split(int color, int key, const Comm
   if (child.transport.empty()) child.transport = transport::TransportChoiceName(config_.transport);
   if (child.job_id.empty()) child.job_id = config_.job_id;
   if (child.host_id.empty()) child.host_id = config_.host_id;
+  const int split_index = splits_++;
+  child.name = config_.name + "/split" + std::to_string(split_index) + "/color" + std::to_string(color);
   // Options the child communicator would refuse are found before the
   // exchange and travel with it, so that the other members of the color fail
   // at once instead of waiting for this rank at the child's rendezvous.
@@ -32,7 +34,6 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Split(int color, int key, const Comm
   args.count = 3;
   args.dtype = DataType::kInt64;
   CHOIR_RETURN_IF_ERROR(Submit(std::move(args), CallOptions{}).Wait());
-  const int split_index = splits_++;
   if (color < 0) return std::unique_ptr<CommImpl>();
   if (!usable.ok()) return usable.WithContext(fmt::format("rank {}: Split(color {})", rank_, color));
 
@@ -56,7 +57,6 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Split(int color, int key, const Comm
       std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.second == rank_; }) -
       members.begin());
 
-  child.name = config_.name + "/split" + std::to_string(split_index) + "/color" + std::to_string(color);
   InheritedPlace inherited{topology_.ranks[static_cast<size_t>(rank_)], intra_host_cost_, inter_host_cost_,
                            topology_.source, topo_fingerprint_};
   return Create(store_, new_rank, static_cast<int>(members.size()), child, &inherited);

@@ -34,14 +34,25 @@ void Work::State::Complete(Status s, const CompletionInfo& i) {
 
 namespace {
 
-// Callbacks this thread is running for operations it completed: a Wait()
-// there would wait for work only this thread can do.
-thread_local int t_running_callbacks = 0;
+// The engine whose operation's callbacks this thread is running (null:
+// none): a Wait() there for another of its operations would wait for work
+// only this thread can do.
+thread_local const void* t_callbacks_of = nullptr;
+// The operation whose callbacks this thread is running: its result is set,
+// and a Wait() for it there returns that instead of waiting for itself.
+thread_local const Work::State* t_callbacks_state = nullptr;
+
+// Whether waiting for `state` here could never end.
+bool WaitWouldDeadlock(const Work::State& state) {
+  return t_callbacks_of != nullptr && state.owner == t_callbacks_of &&
+         state.result_set.load(std::memory_order_acquire) == 0;
+}
 
 Status WaitInCallback() {
   return InvalidArgument(
-      "Wait()/WaitFor() of an unfinished operation inside a Then() callback: the callback runs on the thread "
-      "that runs the operations, so the one it waits for cannot run; wait after the callback returns");
+      "Wait()/WaitFor() inside a Then() callback for an unfinished operation of the same communicator: the "
+      "callback runs on the thread that runs its operations, so the one it waits for cannot run; wait after "
+      "the callback returns");
 }
 
 }  // namespace
@@ -52,7 +63,10 @@ void Work::State::RunCallbacks() {
     std::vector<std::function<void(const Status&)>> run;
     run.swap(callbacks);
     lock.unlock();
-    ++t_running_callbacks;
+    const void* outer = t_callbacks_of;
+    const Work::State* outer_state = t_callbacks_state;
+    if (owner != nullptr) t_callbacks_of = owner;
+    t_callbacks_state = this;
     for (auto& callback : run) {
       // The thread running operations must survive a callback's mistake.
       try {
@@ -63,7 +77,8 @@ void Work::State::RunCallbacks() {
         CHOIR_LOG(Error, COLL, "a Then() callback threw something that is not a std::exception (dropped)");
       }
     }
-    --t_running_callbacks;
+    t_callbacks_of = outer;
+    t_callbacks_state = outer_state;
     lock.lock();
   }
 }
@@ -90,7 +105,8 @@ bool Work::State::Block(std::chrono::nanoseconds timeout, bool forever) {
 Status Work::Wait() const {
   if (!state_) return Status::Ok();
   if (state_->is_done()) return state_->status;
-  if (t_running_callbacks > 0) return WaitInCallback();
+  if (t_callbacks_state == state_.get()) return state_->status;  // from its own callback
+  if (WaitWouldDeadlock(*state_)) return WaitInCallback();
   if (state_->help) state_->help();
   state_->Block(std::chrono::nanoseconds(0), /*forever=*/true);
   return state_->status;
@@ -98,7 +114,8 @@ Status Work::Wait() const {
 
 Status Work::WaitFor(std::chrono::milliseconds timeout) const {
   if (!state_) return Status::Ok();
-  if (t_running_callbacks > 0 && !state_->is_done()) return WaitInCallback();
+  if (t_callbacks_state == state_.get()) return state_->status;
+  if (WaitWouldDeadlock(*state_)) return WaitInCallback();
   // At most a year: longer limits would overflow the nanosecond arithmetic.
   const auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));
   if (!state_->Block(std::chrono::duration_cast<std::chrono::nanoseconds>(limit), /*forever=*/false)) {

@@ -51,6 +51,10 @@ struct Work::State {
   // Set for queued operations: runs queued work on the waiting thread while
   // the engine is idle (Engine::Help). Never called with `mu` held.
   std::function<void()> help;
+  // The engine that runs this operation (null: none, a test's state). A
+  // callback running for one of its operations must not wait for another of
+  // them: only that engine's thread would run it.
+  const void* owner = nullptr;
 
   bool is_done() const { return done.load(std::memory_order_acquire) != 0; }
   // Callbacks run before waiters are released, so that once Wait() returns

@@ -99,20 +99,29 @@ TEST(WorkStateTest, CallbacksRegisteredBeforeCompletionFinishBeforeWaitReturns) 
 
 // A callback runs on the thread that completes operations: one that throws
 // is logged and dropped (it terminated the process), and one that waits for
-// an unfinished operation gets E100 at once (it waited forever: that thread
-// is the one that would run it). The later callbacks still run.
+// an unfinished operation of the same engine gets E100 at once (it waited
+// forever: that thread is the one that would run it); another engine's
+// operation may be waited for. The later callbacks still run.
 TEST(WorkStateTest, CallbacksThatThrowOrWaitDoNotStopTheCompletingThread) {
+  int engine = 0, another_engine = 0;  // stand-ins for two communicators' engines
   auto state = std::make_shared<Work::State>();
+  state->owner = &engine;
   Work work(state);
   auto other_state = std::make_shared<Work::State>();
+  other_state->owner = &engine;
   Work other(other_state);
-  Status waited, waited_for;
+  auto elsewhere_state = std::make_shared<Work::State>();
+  elsewhere_state->owner = &another_engine;
+  Work elsewhere(elsewhere_state);
+  Status waited, waited_for, waited_elsewhere, own;
   bool last_ran = false;
   work.Then([](const Status&) { throw std::runtime_error("a user's mistake"); });
   work.Then([](const Status&) { throw 42; });
   work.Then([&](const Status&) {
     waited = other.Wait();
     waited_for = other.WaitFor(std::chrono::seconds(10));
+    waited_elsewhere = elsewhere.WaitFor(std::chrono::milliseconds(10));
+    own = work.Wait();  // its own result is set: returned, not refused
   });
   work.Then([&](const Status&) { last_ran = true; });
   const auto start = std::chrono::steady_clock::now();
@@ -125,6 +134,8 @@ TEST(WorkStateTest, CallbacksThatThrowOrWaitDoNotStopTheCompletingThread) {
     EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
     EXPECT_NE(s.message().find("inside a Then() callback"), std::string::npos) << s.ToString();
   }
+  EXPECT_EQ(waited_elsewhere.code(), Code::kCollectiveTimeout) << waited_elsewhere.ToString();
+  EXPECT_TRUE(own.ok()) << own.ToString();
   // Outside a callback, the same waits work as usual.
   other_state->Complete(Status::Ok(), SomeInfo());
   EXPECT_TRUE(other.Wait().ok());

@@ -940,8 +940,11 @@ TEST(CliInputTest, OtherSubcommandsRefuseBadInputWithNumberedErrors) {
       // ranks would otherwise retry the store until their timeout).
       {{"run", "--master-addr", "nohost.invalid", "-n", "1", "true"}, {}, 2,
        "E602 UsageError: --master-addr (or MASTER_ADDR): cannot resolve host 'nohost.invalid' to an IPv4 address"},
-      {{"run", "--nnodes", "2", "--node-rank", "1", "-n", "1", "true"}, {"MASTER_ADDR=nohost.invalid"}, 2,
+      {{"run", "--nnodes", "2", "--node-rank", "0", "-n", "1", "true"}, {"MASTER_ADDR=nohost.invalid"}, 2,
        "E602 UsageError: --master-addr (or MASTER_ADDR): cannot resolve host 'nohost.invalid'"},
+      // Another node waits for the name until the rendezvous deadline, then says which it was.
+      {{"run", "--nnodes", "2", "--node-rank", "1", "--timeout", "1", "-n", "1", "true"},
+       {"MASTER_ADDR=nohost.invalid"}, 1, "cannot resolve host 'nohost.invalid'"},
       {{"exporter", "--listen", "nohost.invalid:0"}, {}, 1, "E311 UnknownHost: choir exporter --listen nohost.invalid:0"},
   };
   for (const auto& [args, env, code, expected] : cases) {

@@ -311,10 +311,12 @@ class RunCommand : public Subcommand {
       return ReportUsageError(*app_, "--job-id must be printable ASCII without spaces, got '" + job_id_ + "'");
     }
     if (master_addr_.empty()) master_addr_ = "127.0.0.1";
-    // Every rank connects to the store by this name: a name that does not
-    // resolve is a mistake to report now, not after the ranks' timeout.
+    // Node 0's ranks connect to the store by this name: one that does not
+    // resolve there is a mistake to report now, not after their timeout.
+    // Other nodes wait for it (a cluster DNS name may appear only once node
+    // 0 runs) until the rendezvous deadline.
     if (Result<sockaddr_in> addr = net::Resolve(master_addr_, 0);
-        !addr.ok() && addr.status().code() == Code::kUnknownHost) {
+        node_rank_ == 0 && !addr.ok() && addr.status().code() == Code::kUnknownHost) {
       return ReportUsageError(*app_, "--master-addr (or MASTER_ADDR): " + addr.status().message() +
                                          "; give node 0's IPv4 address or a name every node resolves");
     }
@@ -407,7 +409,8 @@ class RunCommand : public Subcommand {
         break;
       }
       last = client.status();
-      if (!GetErrorInfo(last.code()).retryable) return last;
+      // A name node 0's DNS record will give once it is up is worth waiting for.
+      if (!GetErrorInfo(last.code()).retryable && last.code() != Code::kUnknownHost) return last;
       if (deadline.Expired()) {
         return Status(
             Code::kStoreUnreachable,
