@@ -82,7 +82,6 @@ Result<CommConfig> ResolveConfig(const CommOptions& options) {
   if (c.host_id.empty()) c.host_id = DetectHostId();
   c.timeout_seconds = options.timeout.count() > 0 ? static_cast<double>(options.timeout.count()) / 1000
                                                   : params::GetSeconds(params::Id::kTimeout);
-  if (c.timeout_seconds <= 0) c.timeout_seconds = 1e9;
   const std::string transport =
       options.transport.empty() ? params::GetString(params::Id::kTransport) : options.transport;
   if (transport == "auto") {
@@ -410,7 +409,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   co.tcp_chunk_bytes = params::GetBytes(params::Id::kTcpChunkBytes);
   co.area_slot_bytes = params::GetBytes(params::Id::kShmSlotBytes);
   co.area_pipe_bytes = params::GetBytes(params::Id::kShmPipeBytes);
-  co.tcp_streams = static_cast<int>(std::clamp<int64_t>(params::GetInt(params::Id::kTcpStreams), 1, 64));
+  co.tcp_streams = static_cast<int>(params::GetInt(params::Id::kTcpStreams));  // 1..64 (the settings table)
   co.tcp_stripe_bytes = params::GetBytes(params::Id::kTcpStripeBytes);
   co.allow_cma = params::GetString(params::Id::kShmCma) != "off";
   const bool oversubscribed = transport::RanksCompeteForCpus(local_cpus, HostCpus());

@@ -34,18 +34,15 @@ void Work::State::Complete(Status s, const CompletionInfo& i) {
 
 namespace {
 
-// The engine whose operation's callbacks this thread is running (null:
-// none): a Wait() there for another of its operations would wait for work
-// only this thread can do.
-thread_local const void* t_callbacks_of = nullptr;
-// The operation whose callbacks this thread is running: its result is set,
-// and a Wait() for it there returns that instead of waiting for itself.
+// The operation whose callbacks this thread is running (null: none). A
+// Wait() there for it returns its result (already set); one for another
+// operation of its engine would wait for work only this thread can do.
 thread_local const Work::State* t_callbacks_state = nullptr;
 
 // Whether waiting for `state` here could never end.
 bool WaitWouldDeadlock(const Work::State& state) {
-  return t_callbacks_of != nullptr && state.owner == t_callbacks_of &&
-         state.result_set.load(std::memory_order_acquire) == 0;
+  return t_callbacks_state != nullptr && t_callbacks_state->owner != nullptr &&
+         state.owner == t_callbacks_state->owner && state.result_set.load(std::memory_order_acquire) == 0;
 }
 
 Status WaitInCallback() {
@@ -63,9 +60,7 @@ void Work::State::RunCallbacks() {
     std::vector<std::function<void(const Status&)>> run;
     run.swap(callbacks);
     lock.unlock();
-    const void* outer = t_callbacks_of;
-    const Work::State* outer_state = t_callbacks_state;
-    if (owner != nullptr) t_callbacks_of = owner;
+    const Work::State* outer = t_callbacks_state;
     t_callbacks_state = this;
     for (auto& callback : run) {
       // The thread running operations must survive a callback's mistake.
@@ -77,8 +72,7 @@ void Work::State::RunCallbacks() {
         CHOIR_LOG(Error, COLL, "a Then() callback threw something that is not a std::exception (dropped)");
       }
     }
-    t_callbacks_of = outer;
-    t_callbacks_state = outer_state;
+    t_callbacks_state = outer;
     lock.lock();
   }
 }

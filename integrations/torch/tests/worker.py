@@ -787,6 +787,28 @@ def scenario_mismatch(kind):
     os._exit(0)
 
 
+def run_bad_argument_cases(cases):
+    """Runs each case on a fresh group (a bad argument aborts its communicator)
+    and writes every rank's error and group status, and whether the default
+    group still works."""
+    out = {}
+    for name, fn in cases.items():
+        group = dist.new_group(backend="choir")
+        # Only rank 0 passes the bad argument; the others make a valid call
+        # and must learn about rank 0's failure instead of waiting for it.
+        if RANK == 0:
+            out[name] = error_of(lambda: fn(group))
+        else:
+            out[name] = error_of(lambda: dist.all_reduce(torch.ones(1), group=group))
+        out[name]["status"] = group.communicator_status()
+    # The default group is still healthy.
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    out["default_ok"] = t.tolist() == [float(WORLD)] * 2
+    write_result(out)
+    os._exit(0)
+
+
 def scenario_bad_args():
     """Bad arguments, each on a fresh group (a bad argument aborts its communicator)."""
     init()
@@ -806,22 +828,7 @@ def scenario_bad_args():
         "alltoall_splits": lambda g: dist.all_to_all_single(torch.zeros(4), torch.ones(4),
                                                             input_split_sizes=[1] * (WORLD + 1), group=g),
     }
-    out = {}
-    for name, fn in cases.items():
-        group = dist.new_group(backend="choir")
-        # Only rank 0 passes the bad argument; the others make a valid call
-        # and must learn about rank 0's failure instead of waiting for it.
-        if RANK == 0:
-            out[name] = error_of(lambda: fn(group))
-        else:
-            out[name] = error_of(lambda: dist.all_reduce(torch.ones(1), group=group))
-        out[name]["status"] = group.communicator_status() if hasattr(group, "communicator_status") else None
-    # The default group is still healthy.
-    t = torch.ones(2)
-    dist.all_reduce(t)
-    out["default_ok"] = t.tolist() == [float(WORLD)] * 2
-    write_result(out)
-    os._exit(0)
+    run_bad_argument_cases(cases)
 
 
 def scenario_timeout():
@@ -1050,19 +1057,7 @@ def scenario_bad_input():
                                                               torch.ones(3), group=g),
         "overlap_recv": lambda g: dist.recv(torch.zeros(2, 1).expand(2, 3), 1, group=g),
     }
-    out = {}
-    for name, fn in cases.items():
-        group = dist.new_group(backend="choir")
-        if RANK == 0:
-            out[name] = error_of(lambda: fn(group))
-        else:
-            out[name] = error_of(lambda: dist.all_reduce(torch.ones(1), group=group))
-        out[name]["status"] = group.communicator_status()
-    t = torch.ones(2)
-    dist.all_reduce(t)
-    out["default_ok"] = t.tolist() == [float(WORLD)] * 2
-    write_result(out)
-    os._exit(0)
+    run_bad_argument_cases(cases)
 
 
 def scenario_grad_outputs():
