@@ -162,7 +162,15 @@ class Communicator {
                  const CallOptions& options = {});
   Work Barrier(const CallOptions& options = {});
   // Point-to-point. Matching is by (peer, tag) in issue order. peer = kAnySource
-  // in Recv takes the first matching message from any rank (see WorkInfo).
+  // in Recv takes the first matching message from any rank (see WorkInfo);
+  // receives from any source match in the order they were posted.
+  // Sends and receives progress independently: the call returns once the
+  // transfer is posted, and one that cannot finish yet (no message yet, or a
+  // large send the peer has not taken) stays pending while later operations
+  // run, so both ranks may post a Recv before their Send. Pending transfers
+  // move when another Send or Recv runs, while a thread waits for one, and on
+  // the progress thread; a collective first waits for them to finish
+  // (docs/protocols.md, "Point-to-point progress").
   static constexpr int kAnySource = -1;
   Work Send(const void* buf, size_t count, DataType dtype, int peer, int tag = 0,
             const CallOptions& options = {});

@@ -674,12 +674,11 @@ CallOptions ProcessGroupChoir::ToCallOptions(std::chrono::milliseconds timeout) 
 namespace {
 
 // What to do about a point-to-point operation that timed out (E400; also
-// the sticky error later operations fail with). Choir runs a communicator's
-// operations one at a time in issue order, and a recv occupies it until its
-// message arrives, so the usual cause is an exchange in which both ranks wait
-// for the other: each posted its recv (irecv, batch_isend_irecv([irecv,
-// isend])) before the send the other one needs, or each sent more than the
-// transport buffers before receiving.
+// the sticky error later operations fail with). Sends and receives progress
+// independently of the order they were issued in (a pending one does not
+// hold the group), so a timeout means the peer never issued the match, or
+// issued it with another tag or group, or waits itself for something this
+// rank does only after the wait that timed out.
 Status WithReceiveHint(const Status& s) {
   if (s.code() != Code::kCollectiveTimeout) return s;
   const std::string& m = s.message();
@@ -687,14 +686,14 @@ Status WithReceiveHint(const Status& s) {
   const bool send = m.find(": send to rank") != std::string::npos;
   if ((!recv && !send) || m.find("(integrations/torch/README.md") != std::string::npos) return s;
   return Status(s.code(),
-                m + (recv ? ". A recv (also irecv and the irecvs of batch_isend_irecv) holds its process group "
-                            "until its message arrives: every operation issued after it on this rank, sends "
-                            "included, waits for it. If the peer was itself waiting for a send this rank issued "
-                            "after the recv, issue that send first on one of the two ranks"
-                          : ". A send larger than the transport buffers (2 MiB between ranks of a host by "
-                            "default) finishes only when the peer's recv runs: if the peer was itself sending to "
-                            "this rank first, let one of the two ranks receive first") +
-                    " (integrations/torch/README.md, Limits)");
+                m + (recv ? ". No message with this tag came from that rank before the deadline: check that the "
+                            "peer issues the matching send (same group and tag) and does not itself wait for "
+                            "something this rank does only after this wait"
+                          : ". The peer did not take the message before the deadline (a send larger than the "
+                            "transport buffers, 2 MiB between ranks of a host by default, finishes only when the "
+                            "peer receives it): check that the peer issues the matching recv (same group and "
+                            "tag)") +
+                    " (integrations/torch/README.md, Point-to-point)");
 }
 
 // Completes a ChoirWork when every choir operation of its call has finished.

@@ -27,6 +27,10 @@ CommImpl::~CommImpl() {
     new std::shared_ptr<diag::CommMetrics>(std::move(metrics_));
     return;
   }
+  // Pending point-to-point transfers fail (their peer is not coming); the
+  // task that drives them returns and stops queueing itself.
+  closing_.store(true, std::memory_order_seq_cst);
+  if (p2p_pending_.load(std::memory_order_seq_cst)) endpoint_->Wake();
   engine_->Drain();
 }
 
@@ -71,11 +75,26 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
   const bool small = args.SelectionBytes(size_) <= config_.async_bytes;
   // The state moves into the Work: a copy would cost two locked reference
   // count updates on the small-message path.
-  if ((small || p2p) && engine_->TryRunInline([&] { Execute(args, options, *state); })) return Work(std::move(state));
+  if ((small || p2p) && engine_->TryRunInline([&] { Execute(args, options, state); })) {
+    // A send or receive that could not finish at once is pending: whoever
+    // waits for it drives it (comm/p2p.cc).
+    if (p2p && !state->is_done()) state->help = MakeHelp(state.get());
+    return Work(std::move(state));
+  }
   // A thread that waits for this operation before the progress thread took
   // it runs it (and anything queued before it) itself.
-  state->help = [engine = std::weak_ptr<Engine>(engine_), raw = state.get(), generation = fork_generation_,
-                  creator = creator_pid_] {
+  state->help = MakeHelp(state.get());
+  engine_->Submit([this, args = std::move(args), options, state]() mutable { Execute(args, options, state); },
+                  false);
+  // A task driving pending point-to-point transfers may sleep in the
+  // transport: it returns for what was just queued.
+  if (p2p_pending_.load(std::memory_order_seq_cst)) endpoint_->Wake();
+  return Work(std::move(state));
+}
+
+std::function<void()> CommImpl::MakeHelp(Work::State* state) const {
+  return [engine = std::weak_ptr<Engine>(engine_), raw = state, generation = fork_generation_,
+          creator = creator_pid_] {
     if (ForkGeneration() != generation) [[unlikely]] {
       // A forked child waits for an operation its parent queued: nothing in
       // the child runs the queue, and it must not (the transport is the parent's).
@@ -90,14 +109,11 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
     }
     if (auto e = engine.lock()) e->Help([raw] { return raw->is_done(); });
   };
-  engine_->Submit([this, args = std::move(args), options, state]() mutable { Execute(args, options, *state); },
-                  false);
-  return Work(std::move(state));
 }
 
-void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& state) {
+void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shared_ptr<Work::State>& state) {
   if (ForkedCopy()) [[unlikely]] {  // queued before a fork, run in the child
-    state.Complete(ForkedCopyError(algorithms::CollKindName(args.kind)), CompletionInfo{});
+    state->Complete(ForkedCopyError(algorithms::CollKindName(args.kind)), CompletionInfo{});
     return;
   }
   CompletionInfo info;
@@ -121,12 +137,17 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
                                                        : config_.timeout_seconds;
     const Deadline deadline = Deadline::AfterSecondsFrom(start + CoarseTickNanos(), timeout);
     if (args.kind == CollKind::kSend || args.kind == CollKind::kRecv) {
-      s = RunPointToPoint(args, deadline, &info.source_rank);
-      if (!s.ok()) {
-        s = s.WithContext(fmt::format("rank {}: {} {} rank {} (tag {})", rank_, algorithms::CollKindName(args.kind),
-                                      args.kind == CollKind::kSend ? "to" : "from", args.peer, args.tag));
+      PostPointToPoint(args, deadline, t0, state);  // completes `state`, now or later
+      return;
+    }
+    // A collective never starts with a point-to-point message half-moved on
+    // a channel it uses.
+    if (!p2p_ops_.empty()) {
+      if (Status p = DriveP2P(Drive::kAll); !p.ok()) {
+        s = Status(p.code(), "a send or receive posted before it failed: " + p.message());
       }
-    } else {
+    }
+    if (s.ok()) {
       info.sequence = ++seq_;
       s = RunCollective(args, options, info.sequence, start, deadline, &info.route, &algo_index,
                         &first_data_ns);
@@ -140,7 +161,7 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, Work::State& st
   metrics_->RecordOp(args.kind, args.SelectionBytes(size_), info.seconds, s.ok(), algo_index,
                      first_data_ns > t0 ? static_cast<double>(first_data_ns - t0) * 1e-9 : 0);
   if (!s.ok()) metrics_->RecordError(s.number());
-  state.Complete(std::move(s), info);
+  state->Complete(std::move(s), info);
 }
 
 Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
@@ -192,28 +213,6 @@ Result<const algorithms::Algorithm*> CommImpl::Select(const algorithms::Context&
   auto algo = algorithms::SelectAlgorithm(ctx.View(), args, config_.select, options.algorithm);
   if (algo.ok() && cacheable) c = {args.kind, args.count, args.dtype, *algo};
   return algo;
-}
-
-Status CommImpl::RunPointToPoint(OpArgs& args, Deadline deadline, int* source) {
-  transport::MsgHeader h;
-  h.kind = static_cast<uint32_t>(transport::MsgKind::kP2P);
-  h.seq = static_cast<uint64_t>(static_cast<uint32_t>(args.tag));
-  h.sig = static_cast<uint64_t>(args.dtype);  // a Recv of another type is a mismatch, as in collectives
-  h.length = args.count * args.elem_size();
-  transport::RunHooks hooks;
-  hooks.deadline = deadline;
-  transport::Xfer x = args.kind == CollKind::kSend ? transport::Xfer::Send(args.peer, h, args.send)
-                                                   : transport::Xfer::Recv(args.peer, h, args.recv);
-  CHOIR_RETURN_IF_ERROR(endpoint_->Run({&x, 1}, hooks));
-  if (args.kind == CollKind::kRecv) {
-    *source = x.matched_peer;
-    if (x.matched_length != h.length) {
-      return Status(Code::kBufferTooSmall,
-                    fmt::format("rank {} sent {} bytes with tag {} but this Recv expects {} bytes",
-                                x.matched_peer, x.matched_length, args.tag, h.length));
-    }
-  }
-  return Status::Ok();
 }
 
 void CommImpl::Abort(const std::string& reason) {

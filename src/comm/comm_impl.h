@@ -14,9 +14,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "algorithms/context.h"
 #include "algorithms/layout.h"
@@ -91,7 +93,7 @@ class CommImpl {
 
   Status Validate(const algorithms::OpArgs& args) const;
   // Runs one operation to completion on the current thread.
-  void Execute(algorithms::OpArgs& args, const CallOptions& options, Work::State& state);
+  void Execute(algorithms::OpArgs& args, const CallOptions& options, const std::shared_ptr<Work::State>& state);
   // `start`: when Execute began (CoarseNowNanos, never ahead of NowNanos),
   // for the elapsed time in errors.
   Status RunCollective(algorithms::OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
@@ -99,7 +101,41 @@ class CommImpl {
   // SelectAlgorithm, remembering the last choice for equal calls.
   Result<const algorithms::Algorithm*> Select(const algorithms::Context& ctx, const algorithms::OpArgs& args,
                                               const CallOptions& options);
-  Status RunPointToPoint(algorithms::OpArgs& args, Deadline deadline, int* source);
+
+  // Point-to-point progress (comm/p2p.cc). A Send or Recv posts its transfer
+  // and moves it as far as it goes at once; one that cannot finish yet stays
+  // pending, the call returns, and its Work completes later. So a rank can
+  // post a receive and then the send its peer waits for (irecv, then send;
+  // batch_isend_irecv([irecv, isend])), and two ranks can each isend a large
+  // message before they irecv. Pending transfers move, in the order they were
+  // posted per peer: whenever a point-to-point operation runs; in a task on
+  // the engine queue that drives them while nothing else is queued (run by
+  // the progress thread, or by a thread that waits for one of them, which
+  // stops once its own has finished); and, to completion, before any
+  // collective (which never shares a channel with a half-moved message).
+  struct PendingP2P {
+    algorithms::OpArgs args;
+    std::shared_ptr<Work::State> state;
+    Deadline deadline = Deadline::Infinite();
+    int64_t t0 = 0;  // OpNanos() when it began
+  };
+  enum class Drive {
+    kUntilStuck,  // until a pass moves nothing
+    kBackground,  // until all finish, or the queue, a helper's wait or closing wants the engine
+    kAll,         // until all finish (before a collective)
+  };
+  void PostPointToPoint(algorithms::OpArgs& args, Deadline deadline, int64_t t0,
+                        const std::shared_ptr<Work::State>& state);
+  // Completes the Works of finished transfers; on an error, every pending
+  // one with it (and the communicator fails).
+  Status DriveP2P(Drive how);
+  void FinishP2P(PendingP2P& op, const transport::Xfer& x, Status s);
+  void FailPendingP2P(const Status& s);
+  void ScheduleP2PProgress();
+  void P2PProgressTask();
+  // For Work::State::help: runs queued tasks (among them P2PProgressTask)
+  // on the waiting thread while the engine is idle.
+  std::function<void()> MakeHelp(Work::State* state) const;
   Status CheckSignatures(const algorithms::Signature& mine, uint64_t seq, Deadline deadline);
   Status MismatchError(const algorithms::Signature& mine, uint64_t seq,
                        const transport::MsgHeader& expected, const transport::MsgHeader& got,
@@ -143,6 +179,13 @@ class CommImpl {
   Status ForkedCopyError(const char* what) const;
   uint64_t seq_ = 0;  // collectives executed (engine thread only)
   int splits_ = 0;    // Split calls (for unique child names)
+
+  // Pending point-to-point transfers, in posted order (engine thread only).
+  std::vector<transport::Xfer> p2p_xfers_;
+  std::vector<PendingP2P> p2p_ops_;  // parallel to p2p_xfers_
+  bool p2p_task_queued_ = false;     // a P2PProgressTask waits in the queue (engine thread only)
+  std::atomic<bool> p2p_pending_{false};  // p2p_ops_ is not empty (Submit reads it)
+  std::atomic<bool> closing_{false};      // the destructor runs: pending transfers fail
 
   std::atomic<bool> failed_{false};
   std::atomic<bool> abort_called_{false};

@@ -47,10 +47,20 @@ bool Engine::RunOldest(std::unique_lock<std::mutex>& lock) {
   return true;
 }
 
+namespace {
+thread_local const std::function<bool()>* t_help_done = nullptr;  // Help()'s predicate on this thread
+}  // namespace
+
+bool Engine::HelperDone() { return t_help_done != nullptr && (*t_help_done)(); }
+
 void Engine::Help(const std::function<bool()>& done) {
+  const std::function<bool()>* outer = t_help_done;
+  t_help_done = &done;
   std::unique_lock<std::mutex> lock(mu_);
   while (!done() && RunOldest(lock)) {
   }
+  lock.unlock();
+  t_help_done = outer;
 }
 
 void Engine::Drain() {

@@ -56,6 +56,11 @@ class Engine {
   void Help(const std::function<bool()>& done);
   // Blocks until every submitted task has run.
   void Drain();
+  // Something waits in the queue (a long task may return early for it).
+  bool has_queued() const { return queued_.load(std::memory_order_seq_cst) != 0; }
+  // True on a thread inside Help() whose `done()` already holds: a task it
+  // runs there may stop early and leave the rest to the queue.
+  static bool HelperDone();
 
  private:
   void Loop();

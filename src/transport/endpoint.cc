@@ -4,6 +4,8 @@
 #include <sched.h>
 #include <fmt/format.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -41,6 +43,22 @@ Endpoint::Endpoint(int rank, int size, std::vector<std::unique_ptr<Channel>> cha
       ev.data.u32 = static_cast<uint32_t>(ch->peer());
       epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev);
     }
+  }
+  // Level-triggered: a Wake() that comes before the sleep still ends it.
+  wake_fd_.Reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (wake_fd_.get() >= 0) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = UINT32_MAX;
+    epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev);
+  }
+}
+
+void Endpoint::Wake() {
+  if (own_segment_) ForceWakeSegment(own_segment_->header());
+  if (wake_fd_.get() >= 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(wake_fd_.get(), &one, sizeof(one));
   }
 }
 
@@ -389,8 +407,15 @@ void Endpoint::WaitTcp(const RunHooks& hooks, bool shm_pending) {
   // not show up in epoll.
   const int64_t cap = std::min<int64_t>(hooks.deadline.RemainingNanos(), kMaxSleepNs);
   const int timeout_ms = shm_pending ? 1 : static_cast<int>(std::max<int64_t>(1, cap / 1000000));
+  if (hooks.return_when != nullptr && (*hooks.return_when)()) return;
   epoll_event events[16];
-  epoll_wait(epoll_fd_.get(), events, 16, timeout_ms);
+  const int n = epoll_wait(epoll_fd_.get(), events, 16, timeout_ms);
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.u32 == UINT32_MAX) {
+      uint64_t count = 0;
+      [[maybe_unused]] ssize_t r = read(wake_fd_.get(), &count, sizeof(count));
+    }
+  }
 }
 
 Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
@@ -401,32 +426,55 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
   int64_t last_check = NowNanos();
   int64_t last_stall = 0;
   const int64_t start = NowNanos();
+  int first_any = -1;  // the receive from any source the last pass moved
   while (true) {
     std::fill(first_send.begin(), first_send.end(), -1);
     std::fill(first_recv.begin(), first_recv.end(), -1);
     bool all_done = true;
     bool progressed = false;
+    bool completed = false;
     bool tcp_pending = false;
     bool shm_pending = false;
+    // Receives from any source match in the order they were posted: one
+    // moves only when no earlier receive is open, and receives after it wait
+    // until it is matched (point-to-point only; collectives name their peers).
+    bool recv_open = false;
+    bool recvs_held = false;
+    first_any = -1;
     for (size_t i = 0; i < xfers.size(); ++i) {
       Xfer& x = xfers[i];
       if (x.complete) continue;
       all_done = false;
+      const bool recv = x.dir == Xfer::Dir::kRecv;
+      if (recv && recvs_held) continue;
       if (x.peer >= 0) {
-        auto& first = x.dir == Xfer::Dir::kSend ? first_send : first_recv;
-        if (first[static_cast<size_t>(x.peer)] >= 0) continue;
+        auto& first = recv ? first_recv : first_send;
+        if (first[static_cast<size_t>(x.peer)] >= 0) {
+          recv_open |= recv;
+          continue;
+        }
         first[static_cast<size_t>(x.peer)] = static_cast<int>(i);
         (kind(x.peer) == TransportKind::kTcp ? tcp_pending : shm_pending) = true;
       } else {
+        if (recv_open) {
+          recvs_held = true;
+          continue;
+        }
+        first_any = static_cast<int>(i);
         tcp_pending = shm_pending = true;
       }
       auto r = Step(x, hooks);
       if (!r.ok()) return Explain(r.status());
+      if (recv && !x.complete) {
+        recv_open = true;
+        recvs_held |= x.peer < 0;
+      }
       if (*r) {
         progressed = true;
         if (x.dir == Xfer::Dir::kRecv && hooks.first_data_ns != nullptr && *hooks.first_data_ns == 0) {
           *hooks.first_data_ns = OpNanos();
         }
+        completed |= x.complete;
         if (x.complete && metrics_ != nullptr && x.peer >= 0) {
           const bool send = x.dir == Xfer::Dir::kSend;
           metrics_->AddPeerBytes(x.peer, kind(x.peer) == TransportKind::kTcp ? 1 : 0,
@@ -438,6 +486,10 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
     if (abort_requested_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(g_abort_mu);
       return abort_status_;
+    }
+    if ((completed && hooks.return_on_completion) || (!progressed && hooks.return_when_idle) ||
+        (hooks.return_when != nullptr && (*hooks.return_when)())) {
+      return Status::Ok();
     }
     if (progressed) {
       idle_since = 0;
@@ -480,6 +532,8 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
         if (x.peer >= 0) {
           auto& first = x.dir == Xfer::Dir::kSend ? first_send : first_recv;
           if (first[static_cast<size_t>(x.peer)] != static_cast<int>(i)) continue;
+        } else if (first_any != static_cast<int>(i)) {
+          continue;
         }
         auto r = Step(x, hooks);
         if (!r.ok()) {
@@ -487,8 +541,15 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
           return r.status();
         }
         moved |= *r;
+        if (x.complete && hooks.return_on_completion) {
+          h->sleeping.store(0, std::memory_order_relaxed);
+          return Status::Ok();
+        }
       }
-      if (!moved && !abort_requested_.load(std::memory_order_acquire)) WaitSegment(h, seen, cap);
+      if (!moved && !abort_requested_.load(std::memory_order_acquire) &&
+          (hooks.return_when == nullptr || !(*hooks.return_when)())) {
+        WaitSegment(h, seen, cap);
+      }
       h->sleeping.store(0, std::memory_order_relaxed);
       if (moved) idle_since = 0;
       continue;

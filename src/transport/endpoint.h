@@ -71,6 +71,15 @@ struct RunHooks {
   // Route bits (if not null) the operation's algorithm sets when how it
   // moved the data is worth naming after it (WorkInfo::algorithm).
   uint8_t* route = nullptr;
+  // Early returns (point-to-point progress, comm/comm_impl.cc): Run returns
+  // OK with Xfers still incomplete after a pass that completed one
+  // (`return_on_completion`), after a pass that moved nothing
+  // (`return_when_idle`), or when `return_when` (checked after every pass
+  // that left work, and again just before sleeping) says so. Wake() rouses a
+  // sleeping Run so that it checks `return_when` at once.
+  bool return_on_completion = false;
+  bool return_when_idle = false;
+  const std::function<bool()>* return_when = nullptr;
 };
 
 // How a rank waits for its peers: busy-poll for `spin_ns` (peers that arrive
@@ -117,6 +126,10 @@ class Endpoint {
   // peer's failure, a mismatch, Aborted after RequestAbort(), or
   // CollectiveTimeout naming the peers still owing data.
   Status Run(std::span<Xfer> xfers, const RunHooks& hooks);
+
+  // Rouses a Run() that sleeps waiting for its peers, so that it checks
+  // RunHooks::return_when (any thread; costs a system call or two).
+  void Wake();
 
   // Asks a running Run() to stop with `status` (any thread).
   void RequestAbort(const Status& status);
@@ -171,6 +184,7 @@ class Endpoint {
   std::vector<std::unique_ptr<Segment>> peer_segments_;
   WaitPolicy policy_;
   Fd epoll_fd_;
+  Fd wake_fd_;  // an eventfd in the epoll set: Wake() for a Run waiting on TCP peers
 
   struct Stashed {
     uint64_t tag;

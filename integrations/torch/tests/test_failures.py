@@ -140,19 +140,18 @@ def test_more_bad_arguments_fail_fast_and_release_peers():
     assert all(r.result["default_ok"] for r in launched)
 
 
-@pytest.mark.parametrize("pattern", ["irecv_then_send", "batch"])
-def test_receive_posted_before_the_send_on_both_ranks_is_a_timeout_that_says_what_to_do(pattern):
-    """A documented limit (a recv holds its group until its message arrives):
-    the exchange ends after the group's 2 s timeout with E400 saying to issue
-    the send first on one rank, not in a hang; ordered exchanges still work."""
+@pytest.mark.parametrize("pattern", ["irecv_then_send", "batch", "large_isend"])
+def test_sends_and_receives_progress_whatever_the_order(pattern):
+    """Exchanges gloo completes (a receive posted before the send the peer
+    waits for, on both ranks; two ranks that isend 16 MiB before they irecv)
+    finish with exact values, well within the group's 5 s timeout, and the
+    group goes on."""
     launched = ranks.launch("p2p_order", 2, pattern, timeout=60)
     for r in launched:
-        error = r.result["error"]
-        assert error_code(error) == "E400", error
-        assert "recv from rank" in error and "issue that send first on one of the two ranks" in error, error
-        assert "(integrations/torch/README.md, Limits)" in error, error
-        assert 1.5 < r.result["seconds"] < 8, r.result
-        assert r.result["ordered_ok"], r.result
+        assert r.result["error"] is None, r.result
+        assert r.result["seconds"] < 4, r.result
+        assert r.result["values_ok"], r.result
+        assert r.result["after_ok"], r.result
 
 
 def test_huge_group_timeout_waits_instead_of_failing():

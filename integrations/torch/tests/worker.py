@@ -1107,13 +1107,15 @@ def scenario_grad_outputs():
 
 
 def scenario_p2p_order(pattern):
-    """Both ranks post a receive before the send the other one waits for: a
-    documented limit (a recv holds the group until its message arrives). It
-    must end in E400 naming the way out, after the group's 2 s timeout."""
+    """Exchanges gloo completes whatever the order the ranks issue them in:
+    both ranks post a receive before the send the other one waits for, or
+    both isend a tensor larger than the transport buffers before they irecv.
+    Each must finish well within the group's 5 s timeout with exact values."""
     init()
-    group = dist.new_group(backend="choir", timeout=datetime.timedelta(seconds=2))
+    group = dist.new_group(backend="choir", timeout=datetime.timedelta(seconds=5))
     peer = 1 - RANK
-    x, y = torch.zeros(2), torch.full((2,), float(RANK))
+    n = (4 << 20) if pattern == "large_isend" else 3
+    x, y = torch.zeros(n), torch.arange(n, dtype=torch.float32) + 1000 * RANK
 
     def irecv_then_send():
         req = dist.irecv(x, peer, group=group)
@@ -1125,16 +1127,17 @@ def scenario_p2p_order(pattern):
         for req in dist.batch_isend_irecv(ops):
             req.wait()
 
-    result = error_of(irecv_then_send if pattern == "irecv_then_send" else batch)
-    # The default group still works, and the exchange in a working order does.
-    a, b = torch.full((2,), float(RANK)), torch.zeros(2)
-    if RANK == 0:
-        dist.send(a, peer)
-        dist.recv(b, peer)
-    else:
-        dist.recv(b, peer)
-        dist.send(a, peer)
-    result["ordered_ok"] = b.tolist() == [float(peer)] * 2
+    def large_isend():
+        reqs = [dist.isend(y, peer, group=group), dist.irecv(x, peer, group=group)]
+        for req in reqs:
+            req.wait()
+
+    result = error_of({"irecv_then_send": irecv_then_send, "batch": batch, "large_isend": large_isend}[pattern])
+    result["values_ok"] = torch.equal(x, torch.arange(n, dtype=torch.float32) + 1000 * peer)
+    # The group goes on with collectives.
+    z = torch.full((2,), float(RANK + 1))
+    dist.all_reduce(z, group=group)
+    result["after_ok"] = z.tolist() == [3.0, 3.0]
     write_result(result)
     os._exit(0)
 
