@@ -443,6 +443,11 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   impl->endpoint_ = std::move(*endpoint);
   impl->metrics_ = diag::RegisterComm(impl->config_.job_id, impl->config_.uid, rank, size);
   impl->endpoint_->set_metrics(impl->metrics_.get());
+  // A thread that waits for a pending send or receive rouses the task that
+  // drives them in the background, so that it gives the engine back.
+  impl->engine_->set_wake([raw = impl.get()] {
+    if (raw->p2p_pending_.load(std::memory_order_seq_cst)) raw->endpoint_->Wake();
+  });
   CHOIR_RETURN_IF_ERROR(diag::EnsureMetricsEndpoint({impl->config_.job_id, rank, size, impl->config_.host_id}));
   CHOIR_LOG(Info, INIT, "rank {}/{} joined '{}' in {:.1f} ms ({} local ranks, {} hosts, topology {}{})", rank,
             size, impl->config_.uid, static_cast<double>(NowNanos() - start) / 1e6, local_cpus.size(),

@@ -75,7 +75,11 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
   const bool small = args.SelectionBytes(size_) <= config_.async_bytes;
   // The state moves into the Work: a copy would cost two locked reference
   // count updates on the small-message path.
-  if ((small || p2p) && engine_->TryRunInline([&] { Execute(args, options, state); })) {
+  if ((small || p2p) && engine_->TryRunInline([&] {
+        inline_exec_ = true;
+        Execute(args, options, state);
+        inline_exec_ = false;
+      })) {
     // A send or receive that could not finish at once is pending: whoever
     // waits for it drives it (comm/p2p.cc).
     if (p2p && !state->is_done()) state->help = MakeHelp(state.get());
@@ -137,14 +141,19 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
                                                        : config_.timeout_seconds;
     const Deadline deadline = Deadline::AfterSecondsFrom(start + CoarseTickNanos(), timeout);
     if (args.kind == CollKind::kSend || args.kind == CollKind::kRecv) {
-      PostPointToPoint(args, deadline, t0, state);  // completes `state`, now or later
+      PostPointToPoint(args, deadline, t0, start, state);  // completes `state`, now or later
       return;
     }
     // A collective never starts with a point-to-point message half-moved on
     // a channel it uses.
     if (!p2p_ops_.empty()) {
-      if (Status p = DriveP2P(Drive::kAll); !p.ok()) {
-        s = Status(p.code(), "a send or receive posted before it failed: " + p.message());
+      Status p = DriveP2P(Drive::kAll, nullptr, deadline);
+      // A receive that finished with an error (a message of another length)
+      // failed the communicator without failing the drive.
+      if (p.ok()) p = sticky();
+      if (!p.ok()) {
+        s = Status(p.code(), fmt::format("rank {}: {}: a send or receive this rank posted before it did not finish: {}",
+                                         rank_, algorithms::CollKindName(args.kind), p.message()));
       }
     }
     if (s.ok()) {

@@ -107,34 +107,43 @@ class CommImpl {
   // pending, the call returns, and its Work completes later. So a rank can
   // post a receive and then the send its peer waits for (irecv, then send;
   // batch_isend_irecv([irecv, isend])), and two ranks can each isend a large
-  // message before they irecv. Pending transfers move, in the order they were
-  // posted per peer: whenever a point-to-point operation runs; in a task on
-  // the engine queue that drives them while nothing else is queued (run by
-  // the progress thread, or by a thread that waits for one of them, which
-  // stops once its own has finished); and, to completion, before any
-  // collective (which never shares a channel with a half-moved message).
+  // message before they irecv. Pending transfers move (sends in posted order
+  // per peer, receives matched per tag in posted order): whenever a
+  // point-to-point operation runs; in the engine's background task
+  // (P2PProgressTask), run by a thread that waits for one of them (which
+  // stops once its own has finished) or, when nobody does, by the progress
+  // thread; and, to completion, before any collective (which never shares a
+  // channel with a half-moved message).
   struct PendingP2P {
     algorithms::OpArgs args;
     std::shared_ptr<Work::State> state;
     Deadline deadline = Deadline::Infinite();
-    int64_t t0 = 0;  // OpNanos() when it began
+    int64_t t0 = 0;         // OpNanos() when it began
+    int64_t posted_ns = 0;  // CoarseNowNanos() when it began (timeout messages)
   };
   enum class Drive {
-    kUntilStuck,  // until a pass moves nothing
+    kUntilStuck,  // until nothing moved for the spinning part of the wait policy
     kBackground,  // until all finish, or the queue, a helper's wait or closing wants the engine
     kAll,         // until all finish (before a collective)
   };
-  void PostPointToPoint(algorithms::OpArgs& args, Deadline deadline, int64_t t0,
+  void PostPointToPoint(algorithms::OpArgs& args, Deadline deadline, int64_t t0, int64_t posted_ns,
                         const std::shared_ptr<Work::State>& state);
-  // Completes the Works of finished transfers; on an error, every pending
-  // one with it (and the communicator fails).
-  Status DriveP2P(Drive how);
-  void FinishP2P(PendingP2P& op, const transport::Xfer& x, Status s);
-  void FailPendingP2P(const Status& s);
+  // Settles the operations whose transfers finished; on an error (or a
+  // communicator that already failed) every pending one with it. `cap`
+  // bounds the wait besides the operations' own deadlines. On the caller's
+  // thread of an inline operation (inline_exec_) only `own` completes at
+  // once; the others are settled by the background task, so that no Then()
+  // callback of another operation runs inside an unrelated Send, Recv or
+  // collective call (a torch future callback that issues an operation would
+  // wait for itself). A thread waiting in Work::Wait may run them.
+  Status DriveP2P(Drive how, const Work::State* own = nullptr, Deadline cap = Deadline::Infinite());
+  void SettleP2P(PendingP2P& op, const transport::Xfer& x, Status s, const Work::State* own);
+  void FinishP2P(PendingP2P& op, Status s, int source_rank);
+  void FailPendingP2P(const Status& s, const Work::State* own);
   void ScheduleP2PProgress();
   void P2PProgressTask();
-  // For Work::State::help: runs queued tasks (among them P2PProgressTask)
-  // on the waiting thread while the engine is idle.
+  // For Work::State::help: runs queued tasks and the background task
+  // (P2PProgressTask) on the waiting thread (Engine::Help).
   std::function<void()> MakeHelp(Work::State* state) const;
   Status CheckSignatures(const algorithms::Signature& mine, uint64_t seq, Deadline deadline);
   Status MismatchError(const algorithms::Signature& mine, uint64_t seq,
@@ -183,8 +192,16 @@ class CommImpl {
   // Pending point-to-point transfers, in posted order (engine thread only).
   std::vector<transport::Xfer> p2p_xfers_;
   std::vector<PendingP2P> p2p_ops_;  // parallel to p2p_xfers_
-  bool p2p_task_queued_ = false;     // a P2PProgressTask waits in the queue (engine thread only)
-  std::atomic<bool> p2p_pending_{false};  // p2p_ops_ is not empty (Submit reads it)
+  // Finished on an inline call's thread, completed by the background task.
+  struct SettledP2P {
+    PendingP2P op;
+    Status status;
+    int source_rank = -1;
+  };
+  std::vector<SettledP2P> p2p_settled_;
+  bool inline_exec_ = false;         // Execute runs inline on the caller's thread (engine thread only)
+  bool p2p_task_queued_ = false;     // P2PProgressTask is the engine's background task (engine thread only)
+  std::atomic<bool> p2p_pending_{false};  // p2p_ops_ or p2p_settled_ is not empty (Submit reads it)
   std::atomic<bool> closing_{false};      // the destructor runs: pending transfers fail
 
   std::atomic<bool> failed_{false};

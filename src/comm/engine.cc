@@ -1,5 +1,7 @@
 #include "comm/engine.h"
 
+#include <sched.h>
+
 namespace choir::comm {
 
 Engine::~Engine() {
@@ -15,13 +17,41 @@ Engine::~Engine() {
     Task task;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (queue_.empty()) break;
-      task = std::move(queue_.front());
-      queue_.pop_front();
-      queued_.store(queue_.size(), std::memory_order_seq_cst);
+      if (queue_.empty() && !background_) break;
+      if (!queue_.empty()) {
+        task = std::move(queue_.front());
+        queue_.pop_front();
+        queued_.store(queue_.size(), std::memory_order_seq_cst);
+      } else {
+        task = std::move(background_);
+        background_ = nullptr;
+      }
     }
     task();
   }
+}
+
+void Engine::SubmitBackground(Task task) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (background_) return;
+  background_ = std::move(task);
+  background_since_ = std::chrono::steady_clock::now();
+  last_background_ = background_since_;
+  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+  // A progress thread on its timer finds it without a wake-up (which would
+  // cost a context switch on every pending send or receive).
+  if (!on_timer_) cv_.notify_all();
+}
+
+bool Engine::RunBackground(std::unique_lock<std::mutex>& lock) {
+  if (!background_ || !Claim()) return false;
+  Task task = std::move(background_);
+  background_ = nullptr;
+  lock.unlock();
+  task();
+  Release();
+  lock.lock();
+  return true;
 }
 
 void Engine::Submit(Task task, bool may_run_inline) {
@@ -52,30 +82,80 @@ thread_local const std::function<bool()>* t_help_done = nullptr;  // Help()'s pr
 }  // namespace
 
 bool Engine::HelperDone() { return t_help_done != nullptr && (*t_help_done)(); }
+bool Engine::OnHelperThread() { return t_help_done != nullptr; }
 
 void Engine::Help(const std::function<bool()>& done) {
   const std::function<bool()>* outer = t_help_done;
   t_help_done = &done;
+  helpers_.fetch_add(1, std::memory_order_seq_cst);
   std::unique_lock<std::mutex> lock(mu_);
-  while (!done() && RunOldest(lock)) {
+  while (!done()) {
+    if (RunOldest(lock) || RunBackground(lock)) continue;
+    if (!busy_.load(std::memory_order_seq_cst)) {
+      if (queue_.empty() && !background_) break;  // nothing runs and nothing is left to run here
+      continue;
+    }
+    // A task runs on another thread: ask it to give the engine back, then
+    // wait for the engine, briefly by polling (a point-to-point drive gives
+    // it back within microseconds), then on the condition (Release notifies
+    // while helpers wait).
+    waiting_helpers_.fetch_add(1, std::memory_order_seq_cst);
+    if (wake_) wake_();  // under mu_: after Drain() nothing is busy, so a destroyed owner is never called
+    lock.unlock();
+    for (int i = 0; i < 2000 && busy_.load(std::memory_order_seq_cst) && !done(); ++i) {
+      if (i < 100) {
+        for (int k = 0; k < 16; ++k) __builtin_ia32_pause();
+      } else {
+        sched_yield();
+      }
+    }
+    lock.lock();
+    cv_.wait(lock, [&] { return !busy_.load(std::memory_order_seq_cst) || done(); });
+    waiting_helpers_.fetch_sub(1, std::memory_order_seq_cst);
   }
+  helpers_.fetch_sub(1, std::memory_order_seq_cst);
+  const bool leftover = !queue_.empty() || background_;
   lock.unlock();
+  if (leftover) cv_.notify_all();  // the progress thread takes over
   t_help_done = outer;
 }
 
 void Engine::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
   draining_.fetch_add(1, std::memory_order_seq_cst);
-  cv_.wait(lock, [&] { return !busy_.load(std::memory_order_seq_cst) && queue_.empty(); });
+  cv_.notify_all();  // the progress thread runs the background task at once now
+  cv_.wait(lock, [&] { return !busy_.load(std::memory_order_seq_cst) && queue_.empty() && !background_; });
   draining_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void Engine::Loop() {
+  using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || (!busy_.load(std::memory_order_seq_cst) && !queue_.empty()); });
-    if (RunOldest(lock)) continue;
+    // While threads wait in Help() they run the queue themselves.
+    const bool idle = !busy_.load(std::memory_order_seq_cst) && helpers_.load(std::memory_order_seq_cst) == 0;
+    if (idle && RunOldest(lock)) continue;
     if (stop_) return;  // queue empty, or an inline operation runs: the destructor runs the rest
+    const auto now = Clock::now();
+    // The background task only once nobody took it for a while (a thread
+    // that waits for a pending operation runs it itself, without a
+    // hand-off), or at once when a Drain() waits for it.
+    if (idle && background_ &&
+        (draining_.load(std::memory_order_seq_cst) != 0 || now >= background_since_ + kBackgroundDelay)) {
+      RunBackground(lock);
+      continue;
+    }
+    // Sleep: on a timer while background work came lately (so that
+    // SubmitBackground need not wake this thread), else until notified.
+    if (background_ || now - last_background_ < kTimerFor) {
+      on_timer_ = true;
+      auto until = now + kTimerTick;
+      if (idle && background_) until = std::min(until, background_since_ + kBackgroundDelay);
+      cv_.wait_until(lock, until);
+    } else {
+      on_timer_ = false;
+      cv_.wait(lock);
+    }
   }
 }
 

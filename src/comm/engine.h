@@ -7,13 +7,18 @@
 // for the communicator's progress thread, started on first need. A thread
 // that waits for a queued operation helps: while the engine is idle it runs
 // the queued operations itself, in order, until its own is done, so the
-// common "issue, then wait" pattern pays no hand-off either.
+// common "issue, then wait" pattern pays no hand-off either; while such
+// helpers wait, the progress thread leaves the queue to them. One background
+// task (pending point-to-point progress) can wait beside the queue without
+// counting as queued: helpers run it at once, the progress thread only when
+// nobody took it within kBackgroundDelay.
 //
 // Thread-safety: Submit and RunExclusive may be called from any thread.
 #ifndef CHOIR_COMM_ENGINE_H_
 #define CHOIR_COMM_ENGINE_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -33,6 +38,16 @@ class Engine {
 
   // Runs `task` inline when allowed and idle, else queues it.
   void Submit(Task task, bool may_run_inline);
+  // Sets the background task (at most one: a second call while one waits is
+  // ignored): work nobody waits for yet, such as driving pending
+  // point-to-point transfers. It does not count as queued (operations still
+  // run inline past it); a thread in Help() runs it at once, the progress
+  // thread only once it has waited kBackgroundDelay with nothing else to do
+  // and nobody helping, so that the common "post, then wait" costs no
+  // hand-off. It must return soon when has_queued() or, on the progress
+  // thread, helpers_waiting() (the task's own check).
+  void SubmitBackground(Task task);
+  static constexpr std::chrono::microseconds kBackgroundDelay{200};
   // Runs `task` now on this thread if no operation is running or queued and
   // returns true; otherwise returns false without running it.
   bool TryRunExclusive(const Task& task);
@@ -50,10 +65,28 @@ class Engine {
     Release();
     return true;
   }
-  // Runs queued tasks on this thread, oldest first, while `done()` is false
-  // and no task is running elsewhere. Returns when done() or when it cannot
-  // help (the progress thread is running one, or nothing is queued).
+  // Runs queued tasks on this thread, oldest first, until `done()`. While a
+  // task runs elsewhere it waits for the engine (asking a task that can give
+  // it back, such as pending point-to-point progress, to do so: `wake`, set
+  // by set_wake), and while helpers wait the progress thread takes no task,
+  // so the thread that waits drives its own operation and wakes up without
+  // a hand-off. Returns when done(), or when nothing is queued or running.
   void Help(const std::function<bool()>& done);
+  // Called (by a helper, under the engine's mutex) when a helper finds the
+  // engine busy: rouses a task that sleeps waiting for peers so that it can
+  // give the engine back. Set before any operation is submitted.
+  void set_wake(std::function<void()> wake) { wake_ = std::move(wake); }
+  // Wakes threads that wait in Help() for a busy engine, so that one whose
+  // operation a running task just completed returns at once (a
+  // point-to-point drive completes operations without ending).
+  void NotifyHelpers() {
+    if (waiting_helpers_.load(std::memory_order_seq_cst) != 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
+    }
+  }
+  // Threads inside Help(): a long task gives the engine back to them.
+  bool helpers_waiting() const { return helpers_.load(std::memory_order_seq_cst) != 0; }
   // Blocks until every submitted task has run.
   void Drain();
   // Something waits in the queue (a long task may return early for it).
@@ -61,6 +94,8 @@ class Engine {
   // True on a thread inside Help() whose `done()` already holds: a task it
   // runs there may stop early and leave the rest to the queue.
   static bool HelperDone();
+  // True on a thread inside Help().
+  static bool OnHelperThread();
 
  private:
   void Loop();
@@ -70,15 +105,17 @@ class Engine {
   }
   // Marks the engine idle, then wakes whoever waits for it, but only when
   // one of them can act: the progress thread when something is queued,
-  // Drain() callers. Waking the idle progress thread after every inline
-  // operation would cost a system call and, with ranks on every core, a
-  // preempted rank (tens of microseconds). The store and the loads are
+  // Drain() callers, threads in Help() waiting for the engine. Waking the
+  // idle progress thread after every inline operation would cost a system
+  // call and, with ranks on every core, a preempted rank (tens of
+  // microseconds). The store and the loads are
   // sequentially consistent, like Submit's increment of queued_ and Drain's
   // of draining_, so a waiter that found the engine busy is always woken:
   // it checked busy_ under mu_, which this takes before notifying.
   void Release() {
     busy_.store(false, std::memory_order_seq_cst);
-    if (queued_.load(std::memory_order_seq_cst) != 0 || draining_.load(std::memory_order_seq_cst) != 0) {
+    if (queued_.load(std::memory_order_seq_cst) != 0 || draining_.load(std::memory_order_seq_cst) != 0 ||
+        waiting_helpers_.load(std::memory_order_seq_cst) != 0) {
       std::lock_guard<std::mutex> lock(mu_);
       cv_.notify_all();
     }
@@ -87,6 +124,8 @@ class Engine {
   // claim the engine (`lock` held on mu_, dropped around the task); false
   // when an inline operation holds it.
   bool RunOldest(std::unique_lock<std::mutex>& lock);
+  // The same for the background task.
+  bool RunBackground(std::unique_lock<std::mutex>& lock);
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -95,6 +134,15 @@ class Engine {
   std::atomic<bool> busy_{false};     // an operation is running
   bool stop_ = false;                 // guarded by mu_
   std::atomic<int> draining_{0};      // threads in Drain()
+  std::atomic<int> helpers_{0};       // threads in Help()
+  std::function<void()> wake_;        // set before any task runs
+  std::atomic<int> waiting_helpers_{0};  // helpers waiting for the engine to be released
+  Task background_;                   // guarded by mu_ (empty: none)
+  std::chrono::steady_clock::time_point background_since_;  // guarded by mu_
+  std::chrono::steady_clock::time_point last_background_;   // guarded by mu_
+  bool on_timer_ = false;             // guarded by mu_: the progress thread sleeps on a timer
+  static constexpr std::chrono::milliseconds kTimerTick{1};
+  static constexpr std::chrono::milliseconds kTimerFor{100};
   std::thread thread_;
 };
 

@@ -39,24 +39,88 @@ TEST(EngineTest, HelpingWaiterKeepsOrderAndRunsUntilItsTaskIsDone) {
   }
 }
 
-// A waiter cannot help while another thread runs a task: it returns without
-// running the next one, which must wait for its turn.
-TEST(EngineTest, HelpDoesNotRunBesideARunningTask) {
+// A waiter that finds a task running on another thread never runs beside
+// it: it waits for the engine, then runs the next task itself (the progress
+// thread leaves the queue to threads that wait in Help()).
+TEST(EngineTest, HelpWaitsForARunningTaskThenRunsTheNextItself) {
   Engine e;
   std::atomic<bool> release{false};
   std::atomic<bool> first_started{false};
+  std::atomic<bool> first_running{false};
+  std::atomic<bool> overlap{false};
   std::atomic<bool> second_ran{false};
-  e.Submit([&] {
-    first_started = true;
-    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }, false);
-  e.Submit([&] { second_ran = true; }, false);
+  std::thread::id second_thread;
+  e.Submit(
+      [&] {
+        first_running = true;
+        first_started = true;
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        first_running = false;
+      },
+      false);
+  e.Submit(
+      [&] {
+        if (first_running) overlap = true;
+        second_thread = std::this_thread::get_id();
+        second_ran = true;
+      },
+      false);
   while (!first_started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  e.Help([&] { return second_ran.load(); });  // the progress thread is busy: nothing to do here
-  EXPECT_FALSE(second_ran);
+  std::atomic<bool> helper_returned{false};
+  std::thread::id helper_id;
+  std::thread helper([&] {
+    helper_id = std::this_thread::get_id();
+    e.Help([&] { return second_ran.load(); });
+    helper_returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(second_ran) << "the second task ran while the first was running";
+  EXPECT_FALSE(helper_returned) << "Help returned while its task was neither done nor runnable";
   release = true;
-  e.Drain();
+  helper.join();
   EXPECT_TRUE(second_ran);
+  EXPECT_FALSE(overlap);
+  EXPECT_EQ(second_thread, helper_id) << "the waiting thread should have run its own task";
+  e.Drain();
+}
+
+// The background task runs for a thread that waits in Help(), and without
+// anyone waiting on the progress thread after kBackgroundDelay; a second one
+// set while one waits is dropped, and Drain() waits for it.
+TEST(EngineTest, BackgroundTaskRunsInHelpOrLaterOnTheProgressThread) {
+  {
+    Engine e;
+    std::atomic<int> ran{0};
+    e.SubmitBackground([&] { ran.fetch_add(1); });
+    e.SubmitBackground([&] { ran.fetch_add(100); });  // one is waiting: ignored
+    e.Help(
+        [&] { return ran.load() != 0; });  // runs it here (or waits for the progress thread's run)
+    EXPECT_EQ(ran.load(), 1);
+    e.Drain();
+    EXPECT_EQ(ran.load(), 1);
+  }
+  {
+    Engine e;
+    std::atomic<bool> ran{false};
+    std::thread::id ran_on;
+    const auto t0 = std::chrono::steady_clock::now();
+    e.SubmitBackground([&] {
+      ran_on = std::this_thread::get_id();
+      ran = true;
+    });
+    for (int i = 0; i < 10000 && !ran; ++i)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    ASSERT_TRUE(ran) << "the progress thread never ran the background task";
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, Engine::kBackgroundDelay);
+    EXPECT_NE(ran_on, std::this_thread::get_id());
+    // Not counted as queued (operations still run inline past it); Drain()
+    // runs it at once.
+    std::atomic<bool> later{false};
+    e.SubmitBackground([&] { later = true; });
+    EXPECT_FALSE(e.has_queued());
+    e.Drain();
+    EXPECT_TRUE(later);
+  }
 }
 
 // Inline runs (no mutex) and queued tasks from several threads: every task

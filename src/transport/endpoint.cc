@@ -44,6 +44,8 @@ Endpoint::Endpoint(int rank, int size, std::vector<std::unique_ptr<Channel>> cha
       epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev);
     }
   }
+  for (const auto& ch : channels_) has_tcp_ |= ch != nullptr && ch->kind() == TransportKind::kTcp;
+  last_peer_check_ns_ = NowNanos();
   // Level-triggered: a Wake() that comes before the sleep still ends it.
   wake_fd_.Reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (wake_fd_.get() >= 0) {
@@ -88,7 +90,7 @@ void Endpoint::RequestAbort(const Status& status) {
     abort_status_ = status;
   }
   abort_requested_.store(true, std::memory_order_release);
-  if (own_segment_) ForceWakeSegment(own_segment_->header());
+  Wake();
 }
 
 void Endpoint::BroadcastAbort(const Status& status) {
@@ -199,16 +201,16 @@ Result<bool> Endpoint::StepRecv(Xfer& x, Channel& ch, const RunHooks& hooks) {
   return ch.ReadPayload(x);
 }
 
-Result<bool> Endpoint::StepAnySource(Xfer& x, const RunHooks& hooks) {
+Result<bool> Endpoint::StepAnySource(Xfer& x, const RunHooks& hooks, const uint8_t* skip) {
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
+    if (p == rank_ || (skip != nullptr && skip[p] != 0)) continue;
     CHOIR_ASSIGN_OR_RETURN(const bool taken, TakeFromStash(x, p));
     if (taken) return true;
   }
   bool progressed = false;
   for (int p = 0; p < size_; ++p) {
     Channel* ch = channels_[static_cast<size_t>(p)].get();
-    if (ch == nullptr) continue;
+    if (ch == nullptr || (skip != nullptr && skip[p] != 0)) continue;
     if (stash_progress_[static_cast<size_t>(p)].active) {
       CHOIR_ASSIGN_OR_RETURN(bool moved, ContinueStash(*ch));
       progressed |= moved;
@@ -230,8 +232,8 @@ Result<bool> Endpoint::StepAnySource(Xfer& x, const RunHooks& hooks) {
   return progressed;
 }
 
-Result<bool> Endpoint::Step(Xfer& x, const RunHooks& hooks) {
-  if (x.dir == Xfer::Dir::kRecv && x.peer < 0) return StepAnySource(x, hooks);
+Result<bool> Endpoint::Step(Xfer& x, const RunHooks& hooks, const uint8_t* skip) {
+  if (x.dir == Xfer::Dir::kRecv && x.peer < 0) return StepAnySource(x, hooks, skip);
   Channel* ch = channels_[static_cast<size_t>(x.peer)].get();
   if (ch == nullptr) return InternalError("no channel from rank " + std::to_string(rank_) + " to itself");
   if (x.dir == Xfer::Dir::kSend) return ch->AdvanceSend(x);
@@ -362,6 +364,7 @@ Status Endpoint::WaitLocal(absl::FunctionRef<bool(int)> owes, const RunHooks& ho
     if (start == 0) start = last_check = last_stall = now;
     if (now - last_check > kMaxSleepNs) {
       last_check = now;
+      last_peer_check_ns_ = now;
       CHOIR_RETURN_IF_ERROR(CheckPeers({}));
       for (int i = 0; i < n; ++i) {
         const int r = local_->ranks[static_cast<size_t>(i)];
@@ -418,15 +421,63 @@ void Endpoint::WaitTcp(const RunHooks& hooks, bool shm_pending) {
   }
 }
 
+bool Endpoint::P2PReceiveMayMove(std::span<const Xfer> xfers, size_t i, const std::vector<uint8_t>& mid_message,
+                                  std::vector<uint8_t>& skip) {
+  const Xfer& x = xfers[i];
+  if (x.header_done) return true;  // it is reading its message: the channel is its own
+  if (x.peer >= 0) {
+    // Another receive is halfway through a message on this channel.
+    if (mid_message[static_cast<size_t>(x.peer)] != 0) return false;
+    // An earlier open receive that could take the same message (its tag,
+    // from this peer or any) goes first: messages with one tag match the
+    // receives in the order they were posted.
+    for (size_t j = 0; j < i; ++j) {
+      const Xfer& y = xfers[j];
+      if (y.complete || y.dir != Xfer::Dir::kRecv || y.header.kind != x.header.kind || y.header.seq != x.header.seq) {
+        continue;
+      }
+      if (y.peer < 0 || y.peer == x.peer) return false;
+    }
+    return true;
+  }
+  // From any source: an earlier open receive from any source with its tag
+  // goes first; peers whose channel is halfway through another receive's
+  // message, or whose messages with this tag an earlier receive from them
+  // takes first, are left out (`skip`).
+  skip.assign(mid_message.begin(), mid_message.end());
+  for (size_t j = 0; j < i; ++j) {
+    const Xfer& y = xfers[j];
+    if (y.complete || y.dir != Xfer::Dir::kRecv || y.header.kind != x.header.kind || y.header.seq != x.header.seq) {
+      continue;
+    }
+    if (y.peer < 0) return false;
+    skip[static_cast<size_t>(y.peer)] = 1;
+  }
+  return true;
+}
+
 Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
   // Per peer, only the first incomplete send and receive may move: messages
   // between two ranks stay in the order the algorithm posted them.
-  std::vector<int> first_send(static_cast<size_t>(size_), -1), first_recv(static_cast<size_t>(size_), -1);
+  // Scratch kept across calls (point-to-point progress calls Run often).
+  std::vector<int>& first_send = run_first_send_;
+  std::vector<int>& first_recv = run_first_recv_;
+  first_send.resize(static_cast<size_t>(size_));
+  first_recv.resize(static_cast<size_t>(size_));
   int64_t idle_since = 0;
-  int64_t last_check = NowNanos();
+  // Dead peers are looked for every kMaxSleepNs of waiting, counted across
+  // calls: point-to-point progress restarts Run often.
+  int64_t last_check = last_peer_check_ns_;
   int64_t last_stall = 0;
-  const int64_t start = NowNanos();
-  int first_any = -1;  // the receive from any source the last pass moved
+  const int64_t start = hooks.waiting_since_ns != 0 ? std::min(hooks.waiting_since_ns, NowNanos()) : NowNanos();
+  // Point-to-point receives (several per peer may be pending, from any
+  // source too): which ones moved in the last pass, and per peer whether one
+  // is halfway through a message (its channel then belongs to it).
+  bool p2p_recvs = false;
+  for (const Xfer& x : xfers) p2p_recvs |= x.dir == Xfer::Dir::kRecv && x.header.kind == static_cast<uint32_t>(MsgKind::kP2P);
+  std::vector<int>& p2p_moved = run_p2p_moved_;
+  std::vector<uint8_t>& mid_message = run_mid_message_;
+  std::vector<uint8_t>& skip = run_any_skip_;
   while (true) {
     std::fill(first_send.begin(), first_send.end(), -1);
     std::fill(first_recv.begin(), first_recv.end(), -1);
@@ -435,39 +486,42 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
     bool completed = false;
     bool tcp_pending = false;
     bool shm_pending = false;
-    // Receives from any source match in the order they were posted: one
-    // moves only when no earlier receive is open, and receives after it wait
-    // until it is matched (point-to-point only; collectives name their peers).
-    bool recv_open = false;
-    bool recvs_held = false;
-    first_any = -1;
+    if (p2p_recvs) {
+      p2p_moved.clear();
+      mid_message.assign(static_cast<size_t>(size_), 0);
+      for (const Xfer& x : xfers) {
+        if (x.dir != Xfer::Dir::kRecv || x.complete || !x.header_done) continue;
+        const int from = x.peer >= 0 ? x.peer : x.matched_peer;
+        if (from >= 0) mid_message[static_cast<size_t>(from)] = 1;
+      }
+    }
     for (size_t i = 0; i < xfers.size(); ++i) {
       Xfer& x = xfers[i];
       if (x.complete) continue;
       all_done = false;
-      const bool recv = x.dir == Xfer::Dir::kRecv;
-      if (recv && recvs_held) continue;
-      if (x.peer >= 0) {
-        auto& first = recv ? first_recv : first_send;
-        if (first[static_cast<size_t>(x.peer)] >= 0) {
-          recv_open |= recv;
-          continue;
+      const uint8_t* any_skip = nullptr;
+      if (x.dir == Xfer::Dir::kRecv && x.header.kind == static_cast<uint32_t>(MsgKind::kP2P)) {
+        if (!P2PReceiveMayMove(xfers, i, mid_message, skip)) continue;
+        if (x.peer < 0) any_skip = skip.data();
+        p2p_moved.push_back(static_cast<int>(i));
+        if (x.peer >= 0) {
+          (kind(x.peer) == TransportKind::kTcp ? tcp_pending : shm_pending) = true;
+        } else {
+          shm_pending = true;
+          tcp_pending |= has_tcp_;
         }
+      } else {
+        auto& first = x.dir == Xfer::Dir::kRecv ? first_recv : first_send;
+        if (first[static_cast<size_t>(x.peer)] >= 0) continue;
         first[static_cast<size_t>(x.peer)] = static_cast<int>(i);
         (kind(x.peer) == TransportKind::kTcp ? tcp_pending : shm_pending) = true;
-      } else {
-        if (recv_open) {
-          recvs_held = true;
-          continue;
-        }
-        first_any = static_cast<int>(i);
-        tcp_pending = shm_pending = true;
       }
-      auto r = Step(x, hooks);
+      auto r = Step(x, hooks, any_skip);
       if (!r.ok()) return Explain(r.status());
-      if (recv && !x.complete) {
-        recv_open = true;
-        recvs_held |= x.peer < 0;
+      if (p2p_recvs && x.dir == Xfer::Dir::kRecv && x.header_done && !x.complete) {
+        // Its channel is its own until the message ends (later receives see it in this pass).
+        const int from = x.peer >= 0 ? x.peer : x.matched_peer;
+        if (from >= 0) mid_message[static_cast<size_t>(from)] = 1;
       }
       if (*r) {
         progressed = true;
@@ -487,8 +541,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
       std::lock_guard<std::mutex> lock(g_abort_mu);
       return abort_status_;
     }
-    if ((completed && hooks.return_on_completion) || (!progressed && hooks.return_when_idle) ||
-        (hooks.return_when != nullptr && (*hooks.return_when)())) {
+    if ((completed && hooks.return_on_completion) || (hooks.return_when != nullptr && (*hooks.return_when)())) {
       return Status::Ok();
     }
     if (progressed) {
@@ -498,7 +551,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
     const int64_t now = NowNanos();
     if (idle_since == 0) idle_since = now;
     if (now - last_check > kMaxSleepNs) {
-      last_check = now;
+      last_check = last_peer_check_ns_ = now;
       CHOIR_RETURN_IF_ERROR(CheckPeers(xfers));
     }
     if (hooks.deadline.Expired()) {
@@ -511,6 +564,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
       CHOIR_RETURN_IF_ERROR(hooks.observer->Stall(static_cast<double>(now - start) * 1e-9));
     }
     const WaitPolicy::Step step = policy_.Next(now - idle_since);
+    if (hooks.return_when_idle && step != WaitPolicy::Step::kSpin) return Status::Ok();
     if (step == WaitPolicy::Step::kSpin) {
       for (int i = 0; i < 16; ++i) _mm_pause();
       continue;
@@ -529,13 +583,16 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
       for (size_t i = 0; i < xfers.size() && !moved; ++i) {
         Xfer& x = xfers[i];
         if (x.complete) continue;
-        if (x.peer >= 0) {
+        const uint8_t* any_skip = nullptr;
+        if (x.dir == Xfer::Dir::kRecv && x.header.kind == static_cast<uint32_t>(MsgKind::kP2P)) {
+          if (std::find(p2p_moved.begin(), p2p_moved.end(), static_cast<int>(i)) == p2p_moved.end()) continue;
+          if (!P2PReceiveMayMove(xfers, i, mid_message, skip)) continue;
+          if (x.peer < 0) any_skip = skip.data();
+        } else {
           auto& first = x.dir == Xfer::Dir::kSend ? first_send : first_recv;
           if (first[static_cast<size_t>(x.peer)] != static_cast<int>(i)) continue;
-        } else if (first_any != static_cast<int>(i)) {
-          continue;
         }
-        auto r = Step(x, hooks);
+        auto r = Step(x, hooks, any_skip);
         if (!r.ok()) {
           h->sleeping.store(0, std::memory_order_relaxed);
           return r.status();

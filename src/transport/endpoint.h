@@ -65,18 +65,22 @@ struct RunHooks {
   Deadline deadline = Deadline::Infinite();
   RunObserver* observer = nullptr;
   double stall_seconds = 0;  // 0 = never
+  // When the wait began (NowNanos()), if before this Run: point-to-point
+  // progress restarts Run often, and a timeout names the whole wait.
+  int64_t waiting_since_ns = 0;
   // Set (if not null and still 0) to the time the first peer data arrived
   // (OpNanos(), the operation clock).
   int64_t* first_data_ns = nullptr;
   // Route bits (if not null) the operation's algorithm sets when how it
   // moved the data is worth naming after it (WorkInfo::algorithm).
   uint8_t* route = nullptr;
-  // Early returns (point-to-point progress, comm/comm_impl.cc): Run returns
-  // OK with Xfers still incomplete after a pass that completed one
-  // (`return_on_completion`), after a pass that moved nothing
-  // (`return_when_idle`), or when `return_when` (checked after every pass
-  // that left work, and again just before sleeping) says so. Wake() rouses a
-  // sleeping Run so that it checks `return_when` at once.
+  // Early returns (point-to-point progress, comm/p2p.cc): Run returns OK
+  // with Xfers still incomplete after a pass that completed one
+  // (`return_on_completion`), once nothing moved for the spinning part of
+  // the wait policy (`return_when_idle`: at once when ranks compete for
+  // CPUs), or when `return_when` (checked after every pass that left work,
+  // and again just before sleeping) says so. Wake() rouses a sleeping Run so
+  // that it checks `return_when` at once.
   bool return_on_completion = false;
   bool return_when_idle = false;
   const std::function<bool()>* return_when = nullptr;
@@ -162,9 +166,20 @@ class Endpoint {
   void CountSharedRead(int peer, uint64_t bytes);
 
  private:
-  Result<bool> Step(Xfer& x, const RunHooks& hooks);
+  // `skip` (size() entries, for a receive from any source) leaves out the
+  // peers it must not take a message from now.
+  Result<bool> Step(Xfer& x, const RunHooks& hooks, const uint8_t* skip = nullptr);
+  // Whether point-to-point receive xfers[i] may move in this pass, so that
+  // messages match receives in posted order: a receive from a named peer not
+  // while another receive is halfway through a message on that channel, nor
+  // while an earlier open receive could take the same message (same tag, a
+  // sender both accept). A receive from any source not behind an earlier
+  // one from any source with its tag; `skip` gets the peers it must leave
+  // alone (mid-message, or claimed for its tag by an earlier receive).
+  static bool P2PReceiveMayMove(std::span<const Xfer> xfers, size_t i, const std::vector<uint8_t>& mid_message,
+                                std::vector<uint8_t>& skip);
   Result<bool> StepRecv(Xfer& x, Channel& ch, const RunHooks& hooks);
-  Result<bool> StepAnySource(Xfer& x, const RunHooks& hooks);
+  Result<bool> StepAnySource(Xfer& x, const RunHooks& hooks, const uint8_t* skip);
   Result<bool> ContinueStash(Channel& ch);
   // A stashed message with x's tag from `peer`, copied into x (false: none
   // yet); CollectiveMismatch when it holds another data type.
@@ -185,6 +200,11 @@ class Endpoint {
   WaitPolicy policy_;
   Fd epoll_fd_;
   Fd wake_fd_;  // an eventfd in the epoll set: Wake() for a Run waiting on TCP peers
+  bool has_tcp_ = false;          // some peer is reached over TCP
+  int64_t last_peer_check_ns_ = 0;  // when Run last looked for dead peers (Run's thread)
+  // Run's per-pass scratch (Run's thread).
+  std::vector<int> run_first_send_, run_first_recv_, run_p2p_moved_;
+  std::vector<uint8_t> run_mid_message_, run_any_skip_;
 
   struct Stashed {
     uint64_t tag;
