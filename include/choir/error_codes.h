@@ -119,7 +119,8 @@
     "Abort() was called on this rank or on a peer (which propagates it).",                      \
     "Create a new communicator; the aborted one cannot be used again.")                         \
   X(RemoteError, 403, false, "A peer failed and told this rank why.",                            \
-    "Another rank hit an error (its code and message follow) and aborted the communicator.",    \
+    "Another rank hit an error (its code and message follow) and aborted the communicator, or "  \
+    "could not join it while it formed (a bad rank, world size or setting there).",              \
     "Fix the first error, reported by the rank named in the message.")                          \
   X(Internal, 500, false, "An internal invariant of choir was violated.",                        \
     "A bug in choir.",                                                                          \

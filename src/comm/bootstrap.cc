@@ -19,6 +19,7 @@
 #include "choir/settings.h"
 #include "choir/version.h"
 #include "comm/comm_impl.h"
+#include "comm/join_watch.h"
 #include "diag/metrics_endpoint.h"
 #include "params/params.h"
 #include "topology/build.h"
@@ -34,6 +35,9 @@ using json = nlohmann::json;
 std::chrono::milliseconds Remaining(Deadline d) {
   return std::chrono::milliseconds(std::max<int64_t>(1, d.RemainingNanos() / 1000000));
 }
+
+// A communicator's name prefixes every store key it uses (and its splits').
+constexpr size_t kMaxCommNameBytes = 1024;
 
 // This kernel's boot id (changes at every boot; equal for all its processes).
 std::string BootId() {
@@ -72,10 +76,10 @@ Result<CommConfig> ResolveConfig(const CommOptions& options) {
   CommConfig c;
   c.name = options.name.empty() ? "world" : options.name;
   // The name prefixes every store key of the communicator (and of its splits).
-  if (c.name.size() > 1024) {
+  if (c.name.size() > kMaxCommNameBytes) {
     return InvalidArgument(fmt::format("communicator name '{}...' is {} bytes (a split's name is its parent's "
-                                       "plus /splitN/colorC); give names of at most 1024",
-                                       c.name.substr(0, 40), c.name.size()));
+                                       "plus /splitN/colorC); give names of at most {}",
+                                       c.name.substr(0, 40), c.name.size(), kMaxCommNameBytes));
   }
   c.job_id = options.job_id.empty() ? params::GetString(params::Id::kJobId) : options.job_id;
   c.host_id = options.host_id.empty() ? params::GetString(params::Id::kHostId) : options.host_id;
@@ -310,6 +314,26 @@ Status CommImpl::CheckOptions(const CommOptions& options) { return ResolveConfig
 Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store, int rank, int size,
                                                    const CommOptions& options, const InheritedPlace* inherited) {
   if (store == nullptr) return InvalidArgument("Communicator::Create needs a store, got null");
+  JoinProgress progress;
+  auto made = Join(store, rank, size, options, inherited, &progress);
+  if (made.ok() || !IsJoinFailureToReport(made.status())) return made;
+  // The other ranks would wait for this one until their timeout: tell them why.
+  std::string name = progress.name;
+  if (name.empty()) name = options.name.empty() ? "world" : options.name;
+  if (name.size() > kMaxCommNameBytes) return made;  // not a name the store takes
+  int64_t position = progress.position;
+  if (position < 0) {
+    const Result<int64_t> joined = store->Add("choir/" + name + "/joined", 0);
+    if (!joined.ok()) return made;
+    position = *joined;
+  }
+  ReportJoinFailure(*store, name, position, rank, made.status());
+  return made;
+}
+
+Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& store, int rank, int size,
+                                                 const CommOptions& options, const InheritedPlace* inherited,
+                                                 JoinProgress* progress) {
   if (size < 1 || size > topology::kMaxWorldSize) {
     return Status(Code::kInvalidWorldSize, fmt::format("world size must be 1 to {}, got {}", topology::kMaxWorldSize, size));
   }
@@ -318,6 +342,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
                                           std::to_string(size) + ")");
   }
   CHOIR_ASSIGN_OR_RETURN(CommConfig config, ResolveConfig(options));
+  progress->name = config.name;
   WarnUnknownSettingsOnce();
   CHOIR_ASSIGN_OR_RETURN(PlaceChoice where, ChoosePlace(options, inherited, rank, size, config));
   const int64_t start = NowNanos();
@@ -325,8 +350,13 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
 
   // Each incarnation of a communicator name gets its own key space.
   CHOIR_ASSIGN_OR_RETURN(int64_t joined, store->Add("choir/" + config.name + "/joined", 1));
+  progress->position = joined - 1;
   config.uid = config.name + "#" + std::to_string((joined - 1) / size);
   auto scoped = NewPrefixStore("choir/" + config.uid, store);
+  // Waits for the other ranks end early when one of them reports that it
+  // cannot join this incarnation (comm/join_watch.h).
+  auto watch = std::make_shared<JoinWatch>(store, config.name, (joined - 1) / size * size, size);
+  auto watched = NewWatchedStore(scoped, watch);
 
   CHOIR_ASSIGN_OR_RETURN(std::string address, ChooseListenAddress(where.place));
   CHOIR_ASSIGN_OR_RETURN(Fd listener, net::Listen(address, 0, 4096));
@@ -351,9 +381,10 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
     return Status(Code::kInvalidRank,
                   fmt::format("rank {} of communicator '{}' was already taken by another process: two processes "
                               "were started with the same rank (RANK={}); give every process its own rank and "
-                              "restart the job (its other ranks cannot form it and time out)",
+                              "restart the job",
                               rank, config.name, rank));
   }
+  WithdrawJoinFailure(*store, config.name, rank);  // this process's earlier try that failed
   CHOIR_RETURN_IF_ERROR(scoped->Set("hello/" + std::to_string(rank), hello_text));
 
   std::vector<std::string> keys;
@@ -363,7 +394,10 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   Status waited;
   for (size_t first = 0; first < keys.size() && waited.ok(); first += kKeysPerWait) {
     const auto part = std::span(keys).subspan(first, std::min(kKeysPerWait, keys.size() - first));
-    waited = scoped->Wait(std::vector<std::string>(part.begin(), part.end()), Remaining(deadline));
+    waited = watched->Wait(std::vector<std::string>(part.begin(), part.end()), Remaining(deadline));
+  }
+  if (!waited.ok() && waited.code() != Code::kStoreTimeout) {
+    return waited.WithContext("rank " + std::to_string(rank) + " joining communicator '" + config.name + "'");
   }
   if (!waited.ok()) {
     std::vector<int> missing;
@@ -376,7 +410,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
       const size_t cut = list.rfind(',', 400);
       list = fmt::format("{} and more ({} in all)", list.substr(0, cut), missing.size());
     }
-    if (waited.code() != Code::kStoreTimeout || missing.empty()) {
+    if (missing.empty()) {
       return waited.WithContext("rank " + std::to_string(rank) + " joining communicator '" + config.name + "'");
     }
     const Result<int64_t> claims_now = scoped->Add(claim_key, 0);
@@ -419,7 +453,8 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   co.ranks_share_cpus = oversubscribed;
   co.tuning = algorithms::SwitchTableName(algorithms::ConfiguredSwitchTable());
   co.cache_bytes = topology::CacheBytes(2);
-  auto endpoint = transport::ConnectPeers(*scoped, rank, peers, std::move(listener), co);
+  co.watch = [watch] { return watch->Check(); };
+  auto endpoint = transport::ConnectPeers(*watched, rank, peers, std::move(listener), co);
   if (!endpoint.ok()) return endpoint.status();
 
   auto impl = std::unique_ptr<CommImpl>(new CommImpl(store, scoped, rank, size, std::move(config)));

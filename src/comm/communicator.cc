@@ -2,6 +2,7 @@
 // that can be checked locally, and hands the operation to CommImpl.
 #include "choir/communicator.h"
 
+#include <limits>
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -181,9 +182,14 @@ Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(const CommOp
                               size, SettingSourceName(params::GetSource(params::Id::kWorldSize)),
                               topology::kMaxWorldSize));
   }
-  if (rank < 0 || rank >= size) {
-    return Status(Code::kInvalidRank, fmt::format("RANK is {} but WORLD_SIZE is {}", rank, size));
-  }
+  const bool rank_fits = rank >= 0 && rank < size;
+  const Status bad_rank = rank_fits ? Status::Ok()
+                                    : Status(Code::kInvalidRank, fmt::format("RANK is {} but WORLD_SIZE is {}",
+                                                                             rank, size));
+  // RANK unset (-1) is not a rank of this job; a rank beyond WORLD_SIZE
+  // (another world size than its peers') tells them through the store
+  // before it returns its error, since they would wait for the rank missing.
+  if (rank < 0) return bad_rank;
   std::string host = params::GetString(params::Id::kMasterAddr);
   int port = static_cast<int>(params::GetInt(params::Id::kMasterPort)) + 1;
   const std::string addr = params::GetString(params::Id::kStoreAddr);
@@ -202,9 +208,15 @@ Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(const CommOp
   so.timeout = options.timeout.count() > 0
                    ? options.timeout
                    : std::chrono::milliseconds(static_cast<int64_t>(params::GetSeconds(params::Id::kTimeout) * 1000));
+  if (!rank_fits) so.timeout = std::min<std::chrono::milliseconds>(so.timeout, std::chrono::seconds(2));
   auto store = ConnectTcpStore(so);
   if (!store.ok()) {
+    if (!rank_fits) return bad_rank;
     return store.status().WithContext(fmt::format("rank {} connecting to the rendezvous store at {}:{}", rank, host, port));
+  }
+  if (!rank_fits) {
+    (void)Create(*store, static_cast<int>(rank), static_cast<int>(size), options);  // fails, and reports it
+    return bad_rank;
   }
   return Create(*store, static_cast<int>(rank), static_cast<int>(size), options);
 }

@@ -182,7 +182,13 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
   for (int p : higher) accepted[static_cast<size_t>(p)].resize(static_cast<size_t>(streams));
   size_t pending = higher.size() * static_cast<size_t>(streams);
   while (pending > 0) {
-    auto fd = net::Accept(listener.get(), deadline);
+    // In slices when there is a watch, so that a peer's report ends the wait.
+    const Deadline slice = options.watch ? Deadline::Earlier(deadline, Deadline::AfterSeconds(1)) : deadline;
+    auto fd = net::Accept(listener.get(), slice);
+    if (!fd.ok() && options.watch && fd.status().code() == Code::kConnectTimeout && !deadline.Expired()) {
+      CHOIR_RETURN_IF_ERROR(options.watch());
+      continue;
+    }
     if (!fd.ok()) {
       std::vector<int> missing;
       for (int p : higher) {

@@ -10,6 +10,7 @@
 #ifndef CHOIR_TRANSPORT_CONNECT_H_
 #define CHOIR_TRANSPORT_CONNECT_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,10 @@ struct ConnectOptions {
   // This rank's L2 cache bytes (0: unknown), which bound shm_pipe's chunks;
   // the host's ranks use the smallest, so that their chunks agree.
   size_t cache_bytes = 0;
+  // Called about every second while waiting for peers to connect; an error
+  // ends the wait with it (a peer that reported it cannot join). The store
+  // waits are watched by the store given to ConnectPeers.
+  std::function<Status()> watch;
 };
 
 // What a rank tells its local peers once it has mapped their segments

@@ -270,6 +270,24 @@ TEST(EnvironmentTest, BadLaunchEnvironmentsGiveNumberedErrors) {
   }
 }
 
+// A rank started with a rank beyond its peers' world tells them through the
+// store: they stop with E403 naming it within seconds (their timeout is 60 s),
+// within the launcher's grace period after the first failure.
+TEST(EnvironmentTest, ARankOutsideTheWorldIsNamedToTheOthers) {
+  const std::string script = "[ \"$RANK\" = 2 ] && export RANK=5; exec \"$0\" create";
+  const Outcome o = RunCommand(Launch(3, {"/bin/sh", "-c", script, FAULT_RANK_BIN}, 30), {{"CHOIR_TIMEOUT", "60"}}, 90);
+  EXPECT_FALSE(o.timed_out);
+  EXPECT_TRUE(Contains(o.out, "RESULT E102")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "RANK is 5 but WORLD_SIZE is 3")) << o.out;
+  size_t told = 0;
+  for (size_t at = o.out.find("RESULT E403"); at != std::string::npos; at = o.out.find("RESULT E403", at + 1)) ++told;
+  EXPECT_EQ(told, 2u) << o.out;
+  EXPECT_TRUE(Contains(o.out, "rank 5 (pid ")) << o.out;
+  EXPECT_TRUE(Contains(o.out, "E102 InvalidRank: rank 5 is outside [0, 3)")) << o.out;
+  EXPECT_LT(o.seconds, 30) << o.out;
+  EXPECT_NE(o.exit_code, 0);
+}
+
 TEST(EnvironmentTest, StoreThatNeverAnswersTimesOut) {
   // Accepts connections but never says a word.
   auto listener = choir::net::Listen("127.0.0.1", 0);
