@@ -328,6 +328,9 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
     position = *joined;
   }
   ReportJoinFailure(*store, name, position, rank, made.status());
+  // A rank claimed twice took a place in the join order: the ranks that
+  // join after it land in the next incarnation, which cannot form either.
+  if (progress.twice) ReportJoinFailure(*store, name, (position / size + 1) * size, rank, made.status());
   return made;
 }
 
@@ -378,6 +381,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   const std::string claim_key = "claim/" + std::to_string(rank);
   CHOIR_ASSIGN_OR_RETURN(const int64_t claims, scoped->Add(claim_key, 1));
   if (claims > 1) {
+    progress->twice = true;
     return Status(Code::kInvalidRank,
                   fmt::format("rank {} of communicator '{}' was already taken by another process: two processes "
                               "were started with the same rank (RANK={}); give every process its own rank and "

@@ -93,6 +93,7 @@ class CommImpl {
   struct JoinProgress {
     std::string name;       // the communicator's name, once the settings resolved
     int64_t position = -1;  // ranks of that name joined before this one, once it joined
+    bool twice = false;     // another process had claimed this rank
   };
   // Create's work; Create tells the other ranks when it fails.
   static Result<std::unique_ptr<CommImpl>> Join(const std::shared_ptr<Store>& store, int rank, int size,

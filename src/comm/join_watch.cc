@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
@@ -19,7 +21,7 @@ using json = nlohmann::json;
 constexpr size_t kMaxErrorChars = 2000;  // a report stays a small store value
 
 std::string Prefix(const std::string& name) { return "choir/" + name + "/"; }
-std::string ReportKey(const std::string& name, int rank) { return Prefix(name) + "failed/" + std::to_string(rank); }
+std::string ReportKey(const std::string& name, int64_t index) { return Prefix(name) + "failure/" + std::to_string(index); }
 
 std::string HostName() {
   char host[256] = {0};
@@ -97,28 +99,60 @@ void ReportJoinFailure(Store& root, const std::string& name, int64_t position, i
                        {"host", HostName()},
                        {"position", position},
                        {"error", text}};
-  // The report first, then its number: a reader that sees the number finds it.
-  Status s = root.Set(ReportKey(name, rank), JsonDump(report));
-  Result<int64_t> index = s.ok() ? root.Add(Prefix(name) + "failures", 1) : Result<int64_t>(s);
-  if (index.ok()) s = root.Set(Prefix(name) + "failure/" + std::to_string(*index), std::to_string(rank));
-  if (!index.ok()) s = index.status();
+  // Its number first, then the report: a reader that finds the number but
+  // not yet the report reads it again next time.
+  Result<int64_t> index = root.Add(Prefix(name) + "failures", 1);
+  const Status s = index.ok() ? root.Set(ReportKey(name, *index), JsonDump(report)) : index.status();
   if (!s.ok()) {
     CHOIR_LOG(Warn, INIT, "rank {} could not tell the others of communicator '{}' why it did not join: {}", rank,
               name, s.ToString());
   }
 }
 
-void WithdrawJoinFailure(Store& root, const std::string& name, int rank) {
-  const std::string key = ReportKey(name, rank);
-  Result<std::string> old = root.Get(key);
-  if (!old.ok() || old->empty()) return;  // nothing reported (KeyNotFound), or withdrawn
-  const json report = json::parse(*old, nullptr, /*allow_exceptions=*/false);
-  if (!report.is_object() || !report.contains("pid") || !report["pid"].is_number_integer() ||
-      report["pid"].get<int64_t>() != static_cast<int64_t>(getpid())) {
-    return;  // another process's report (a rank given twice): it stands
+namespace {
+
+// A report's fields, or nullopt when it is not one (withdrawn, or garbage).
+struct Report {
+  int64_t rank = -1;
+  int64_t pid = -1;
+  int64_t position = -1;
+  std::string host;
+  std::string error;
+};
+
+std::optional<Report> ParseReport(const std::string& text) {
+  if (text.empty()) return std::nullopt;  // withdrawn
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  Report r;
+  for (auto [key, out] : {std::pair{"rank", &r.rank}, std::pair{"pid", &r.pid}, std::pair{"position", &r.position}}) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+    *out = it->get<int64_t>();
   }
-  // Only the report read above: one made meanwhile by another process stays.
-  (void)root.CompareSet(key, *old, "");
+  auto error = j.find("error");
+  if (error == j.end() || !error->is_string()) return std::nullopt;
+  r.error = error->get<std::string>();
+  auto host = j.find("host");
+  if (host != j.end() && host->is_string()) r.host = host->get<std::string>();
+  return r;
+}
+
+}  // namespace
+
+void WithdrawJoinFailure(Store& root, const std::string& name, int rank) {
+  const Result<int64_t> count = root.Add(Prefix(name) + "failures", 0);
+  if (!count.ok()) return;
+  for (int64_t i = 1; i <= *count; ++i) {
+    const std::string key = ReportKey(name, i);
+    Result<std::string> text = root.Get(key);
+    if (!text.ok()) continue;
+    const std::optional<Report> r = ParseReport(*text);
+    // Only this process's own: a report by another process given the same
+    // rank (a rank given twice) stands.
+    if (!r || r->rank != rank || r->pid != static_cast<int64_t>(getpid())) continue;
+    (void)root.CompareSet(key, *text, "");
+  }
 }
 
 JoinWatch::JoinWatch(std::shared_ptr<Store> root, std::string name, int64_t first, int size)
@@ -126,40 +160,22 @@ JoinWatch::JoinWatch(std::shared_ptr<Store> root, std::string name, int64_t firs
 
 Status JoinWatch::Check() {
   CHOIR_ASSIGN_OR_RETURN(const int64_t count, root_->Add(Prefix(name_) + "failures", 0));
-  // A number whose rank is not written yet is read again next time (with
+  // A number whose report is not written yet is read again next time (with
   // what follows it: its writer may also have died in between).
   int64_t first_missing = 0;
   for (int64_t i = seen_ + 1; i <= count; ++i) {
-    Result<std::string> who = root_->Get(Prefix(name_) + "failure/" + std::to_string(i));
-    if (!who.ok()) {
-      if (who.status().code() != Code::kKeyNotFound) return who.status();
+    Result<std::string> text = root_->Get(ReportKey(name_, i));
+    if (!text.ok()) {
+      if (text.status().code() != Code::kKeyNotFound) return text.status();
       if (first_missing == 0) first_missing = i;
       continue;
     }
     if (first_missing == 0) seen_ = i;
-    const std::optional<int64_t> r = strings::ParseInt(*who);
-    if (!r) continue;
-    Result<std::string> text = root_->Get(ReportKey(name_, static_cast<int>(*r)));
-    if (!text.ok() || text->empty()) continue;  // withdrawn
-    const json report = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (!report.is_object()) continue;
-    const auto field = [&](const char* k) -> const json* {
-      auto it = report.find(k);
-      return it == report.end() ? nullptr : &*it;
-    };
-    const json* pid = field("pid");
-    const json* position = field("position");
-    const json* error = field("error");
-    const json* host = field("host");
-    if (pid == nullptr || !pid->is_number_integer() || position == nullptr || !position->is_number_integer() ||
-        error == nullptr || !error->is_string()) {
-      continue;
-    }
-    const int64_t at = position->get<int64_t>();
-    if (at < first_ || at >= first_ + size_) continue;  // another incarnation's
-    const std::string where = host != nullptr && host->is_string() ? " on " + host->get<std::string>() : "";
-    return Status(Code::kRemoteError, fmt::format("rank {} (pid {}{}) could not join communicator '{}': {}", *r,
-                                                  pid->get<int64_t>(), where, name_, error->get<std::string>()));
+    const std::optional<Report> r = ParseReport(*text);
+    if (!r || r->position < first_ || r->position >= first_ + size_) continue;  // withdrawn, or not this incarnation's
+    return Status(Code::kRemoteError,
+                  fmt::format("rank {} (pid {}{}) could not join communicator '{}': {}", r->rank, r->pid,
+                              r->host.empty() ? "" : " on " + r->host, name_, r->error));
   }
   return Status::Ok();
 }

@@ -13,11 +13,10 @@
 //
 // Store keys, beside the communicator's own (docs/protocols.md, "Joining a
 // communicator"): choir/<name>/failures counts reports, choir/<name>/
-// failure/<i> holds the rank of report i, choir/<name>/failed/<rank> the
-// report itself (JSON: rank, pid, host, join position, error), "" once
-// withdrawn. A report concerns the incarnation that was forming when it was
-// made: its join position (how many ranks had joined the name before) falls
-// in that incarnation's range.
+// failure/<i> holds report i (JSON: rank, pid, host, join position, error),
+// "" once withdrawn. A report concerns the incarnation that was forming when
+// it was made: its join position (how many ranks had joined the name
+// before) falls in that incarnation's range.
 //
 // Thread-safety: a JoinWatch is used by the one thread that creates the
 // communicator; the functions may be called from any thread.
@@ -45,7 +44,7 @@ bool IsJoinFailureToReport(const Status& s);
 // Best effort: a store error is logged, not returned.
 void ReportJoinFailure(Store& root, const std::string& name, int64_t position, int rank, const Status& error);
 
-// Withdraws a report this process made earlier for `rank` of `name` (it
+// Withdraws the reports this process made earlier for `rank` of `name` (it
 // joins now). Best effort, like ReportJoinFailure.
 void WithdrawJoinFailure(Store& root, const std::string& name, int rank);
 

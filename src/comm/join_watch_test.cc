@@ -89,7 +89,7 @@ TEST(JoinWatchTest, ARetryThatJoinsWithdrawsItsReport) {
   CommOptions bad = Opts(10s);
   bad.transport = "carrier-pigeon";
   ASSERT_EQ(Communicator::Create(store, 1, 2, bad).status().code(), Code::kInvalidArgument);
-  ASSERT_TRUE(*store->Check({"choir/world/failed/1"}));
+  ASSERT_TRUE(*store->Check({"choir/world/failure/1"}));
   Status second;
   std::thread retry([&] {
     auto c = Communicator::Create(store, 1, 2, Opts(10s));
@@ -101,7 +101,7 @@ TEST(JoinWatchTest, ARetryThatJoinsWithdrawsItsReport) {
   retry.join();
   EXPECT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_TRUE(second.ok()) << second.ToString();
-  EXPECT_EQ(*store->Get("choir/world/failed/1"), "");
+  EXPECT_EQ(*store->Get("choir/world/failure/1"), "");
 }
 
 // A report concerns the incarnation that was forming when it was made: the
@@ -144,8 +144,7 @@ TEST(JoinWatchTest, WatchedStoreWaits) {
   auto watch = std::make_shared<JoinWatch>(store, "w", 0, 2);
   auto watched = NewWatchedStore(store, watch, 50ms);
   // Garbage and a number without its report yet are not errors.
-  ASSERT_TRUE(store->Set("choir/w/failed/1", "{not json").ok());
-  ASSERT_TRUE(store->Set("choir/w/failure/1", "1").ok());
+  ASSERT_TRUE(store->Set("choir/w/failure/1", "{not json").ok());
   ASSERT_TRUE(store->Add("choir/w/failures", 2).ok());  // report 2 is being written
   const auto t0 = Clock::now();
   Status s = watched->Wait({"never"}, 300ms);
@@ -168,6 +167,29 @@ TEST(JoinWatchTest, WatchedStoreWaits) {
   auto other = std::make_shared<JoinWatch>(store, "w", 10, 2);  // another incarnation: the report is not its
   EXPECT_TRUE(NewWatchedStore(store, other, 50ms)->Wait({"here"}, 1s).ok());
   EXPECT_EQ(NewWatchedStore(store, other, 50ms)->Wait({"never"}, 100ms).code(), Code::kStoreTimeout);
+}
+
+// A rank given twice: the second process is refused, the first is told, and
+// so is the rank that joins after them (the surplus claim pushed it into the
+// next incarnation).
+TEST(JoinWatchTest, ARankGivenTwiceStopsBothIncarnationsItTouches) {
+  auto store = NewMemoryStore();
+  std::vector<Status> st(3);
+  const auto t0 = Clock::now();
+  std::thread first([&] { st[0] = Communicator::Create(store, 0, 2, Opts()).status(); });
+  for (int i = 0; i < 5000 && !*store->Check({"choir/world#0/hello/0"}); ++i) std::this_thread::sleep_for(1ms);
+  st[1] = Communicator::Create(store, 0, 2, Opts()).status();
+  std::thread last([&] { st[2] = Communicator::Create(store, 1, 2, Opts()).status(); });
+  first.join();
+  last.join();
+  EXPECT_EQ(st[1].code(), Code::kInvalidRank) << st[1].ToString();
+  for (size_t i : {size_t{0}, size_t{2}}) {
+    EXPECT_EQ(st[i].code(), Code::kRemoteError) << i << ": " << st[i].ToString();
+    EXPECT_NE(st[i].message().find("rank 0 of communicator 'world' was already taken by another process"),
+              std::string::npos)
+        << i << ": " << st[i].ToString();
+  }
+  EXPECT_LT(SecondsSince(t0), 20.0);
 }
 
 TEST(JoinWatchTest, WhichFailuresAreTold) {
