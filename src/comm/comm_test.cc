@@ -22,21 +22,10 @@ namespace choir {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::ExpectAllOk;
 using testing::RunRanks;
+using testing::TransportOptions;
 
-CommOptions Opts(const std::string& transport, std::chrono::milliseconds timeout = 20s) {
-  CommOptions o;
-  o.transport = transport;
-  o.timeout = timeout;
-  return o;
-}
-
-void ExpectAllOk(const std::vector<testing::RankResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_TRUE(results[r].create.ok()) << "rank " << r << ": " << results[r].create.ToString();
-    EXPECT_TRUE(results[r].run.ok()) << "rank " << r << ": " << results[r].run.ToString();
-  }
-}
 
 // Runs the sweep on this rank and checks every case against its reference:
 // at least `min_cases` ran, each with `want_algorithm` when one is given.
@@ -63,7 +52,7 @@ TEST_P(SweepTest, EveryCollectiveMatchesReference) {
   SweepOptions so;
   so.counts = {0, 1, 5, 1000, 20000};
   auto results = RunRanks(n, [&](Communicator& comm) -> Status { return CheckSweep(comm, so, "", 0); },
-                          Opts(transport));
+                          TransportOptions(transport));
   ExpectAllOk(results);
 }
 
@@ -89,7 +78,7 @@ TEST(CommCreateTest, RejectsBadArguments) {
 TEST(CommCreateTest, MissingRankTimesOutNamingIt) {
   auto store = NewMemoryStore();
   const auto start = std::chrono::steady_clock::now();
-  auto comm = Communicator::Create(store, 0, 3, Opts("auto", 500ms));
+  auto comm = Communicator::Create(store, 0, 3, TransportOptions("auto", 500ms));
   ASSERT_FALSE(comm.ok());
   EXPECT_EQ(comm.status().code(), Code::kStoreTimeout);
   EXPECT_NE(comm.status().message().find("rank(s) 1,2"), std::string::npos) << comm.status().ToString();
@@ -100,7 +89,7 @@ TEST(CommCreateTest, MissingRankTimesOutNamingIt) {
 // still long is cut with a count (it once ran to half a million characters).
 TEST(CommCreateTest, ManyMissingRanksAreGivenAsRangesAndCut) {
   auto store = NewMemoryStore();
-  auto comm = Communicator::Create(store, 0, 100000, Opts("tcp", 300ms));
+  auto comm = Communicator::Create(store, 0, 100000, TransportOptions("tcp", 300ms));
   ASSERT_FALSE(comm.ok());
   EXPECT_EQ(comm.status().code(), Code::kStoreTimeout);
   EXPECT_NE(comm.status().message().find("rank 0: rank(s) 1-99999 of 100000 never joined"), std::string::npos)
@@ -108,7 +97,7 @@ TEST(CommCreateTest, ManyMissingRanksAreGivenAsRangesAndCut) {
   // Every even rank has published its hello: the odd ones are missing.
   auto store2 = NewMemoryStore();
   for (int r = 2; r < 2000; r += 2) ASSERT_TRUE(store2->Set("choir/world#0/hello/" + std::to_string(r), "{}").ok());
-  comm = Communicator::Create(store2, 0, 2000, Opts("tcp", 300ms));
+  comm = Communicator::Create(store2, 0, 2000, TransportOptions("tcp", 300ms));
   ASSERT_FALSE(comm.ok());
   const std::string& message = comm.status().message();
   EXPECT_NE(message.find("rank(s) 1,3,5,7,"), std::string::npos) << message;
@@ -120,9 +109,9 @@ TEST(CommCreateTest, ManyMissingRanksAreGivenAsRangesAndCut) {
 // first one's timeout says the rank was given twice.
 TEST(CommCreateTest, ARankGivenTwiceIsNamed) {
   auto store = NewMemoryStore();
-  auto first = Communicator::Create(store, 0, 2, Opts("tcp", 300ms));  // times out: rank 1 never comes
+  auto first = Communicator::Create(store, 0, 2, TransportOptions("tcp", 300ms));  // times out: rank 1 never comes
   ASSERT_FALSE(first.ok());
-  auto second = Communicator::Create(store, 0, 2, Opts("tcp", 300ms));
+  auto second = Communicator::Create(store, 0, 2, TransportOptions("tcp", 300ms));
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), Code::kInvalidRank) << second.status().ToString();
   EXPECT_NE(second.status().message().find("rank 0 of communicator 'world' was already taken by another process"),
@@ -135,7 +124,7 @@ TEST(CommCreateTest, ARankGivenTwiceIsNamed) {
   std::vector<Status> st(2);
   std::vector<std::thread> th;
   for (int i = 0; i < 2; ++i) {
-    th.emplace_back([&, i] { st[static_cast<size_t>(i)] = Communicator::Create(store2, 0, 2, Opts("tcp", 1s)).status(); });
+    th.emplace_back([&, i] { st[static_cast<size_t>(i)] = Communicator::Create(store2, 0, 2, TransportOptions("tcp", 1s)).status(); });
   }
   for (auto& t : th) t.join();
   const Status& refused = st[0].code() == Code::kInvalidRank ? st[0] : st[1];
@@ -158,7 +147,7 @@ TEST(CommCreateTest, JobMismatchIsRefused) {
   std::vector<std::thread> th;
   for (int r = 0; r < 2; ++r) {
     th.emplace_back([&, r] {
-      CommOptions o = Opts("tcp", 2s);
+      CommOptions o = TransportOptions("tcp", 2s);
       o.name = "jobs";
       o.job_id = r == 0 ? "job-a" : "job-b";
       st[static_cast<size_t>(r)] = Communicator::Create(store, r, 2, o).status();
@@ -174,7 +163,7 @@ TEST(CommCreateTest, OtherProtocolVersionIsRefused) {
   ASSERT_TRUE(store->Add("choir/ver/joined", 1).ok());  // a fake rank 1 joins first
   const nlohmann::json fake = {{"protocol", 99}, {"version", "9.9.9"}, {"rank", 1}};
   ASSERT_TRUE(store->Set("choir/ver#0/hello/1", fake.dump()).ok());
-  CommOptions o = Opts("tcp", 2s);
+  CommOptions o = TransportOptions("tcp", 2s);
   o.name = "ver";
   auto comm = Communicator::Create(store, 0, 2, o);
   ASSERT_FALSE(comm.ok());
@@ -200,7 +189,7 @@ TEST(CommFailureTest, InvalidArgumentsGiveTheirCodeAndDoNotHangPeers) {
         return Status(Code::kInternal, "peer error does not name rank 0: " + s.ToString());
       }
       return Status::Ok();
-    }, Opts(transport, 10s));
+    }, TransportOptions(transport, 10s));
     ExpectAllOk(results);
   }
 }
@@ -238,7 +227,7 @@ TEST(CommFailureTest, DestroyedPeerSaysByeAndIsOnlyAnErrorWhenNeeded) {
       return Status(Code::kInternal, "want PeerLost naming the departure, got " + lost.ToString());
     }
     return Status::Ok();
-  }, Opts("tcp", 10s));
+  }, TransportOptions("tcp", 10s));
   ExpectAllOk(results);
 }
 
@@ -285,7 +274,7 @@ TEST(CommTopologyTest, TopologyFileGivesHostsLinksAndSelection) {
       return Status(Code::kInternal, "the sub-communicator lost the file's topology: " + DescribeTopology(st));
     }
     return Status::Ok();
-  }, Opts("auto", 20s));
+  }, TransportOptions("auto", 20s));
   ExpectAllOk(results);
   std::remove(path.c_str());
 }
@@ -297,14 +286,14 @@ TEST(CommTopologyTest, DetectedTopologyNamesThisHost) {
       return Status(Code::kInternal, "unexpected topology: " + DescribeTopology(t));
     }
     return Status::Ok();
-  }, Opts("auto", 20s));
+  }, TransportOptions("auto", 20s));
   ExpectAllOk(results);
 }
 
 TEST(CommTopologyTest, BadTopologyFileFailsCreationWithItsLine) {
   const std::string path = WriteTempFile("badtopo", "{\"version\": 1,\n \"hosts\": [{\"name\": \"a\", \"ranks\": [0, 0]}]}");
   params::ScopedOverride file("CHOIR_TOPO_FILE", path);
-  auto results = RunRanks(1, [](Communicator&) -> Status { return Status::Ok(); }, Opts("auto", 5s));
+  auto results = RunRanks(1, [](Communicator&) -> Status { return Status::Ok(); }, TransportOptions("auto", 5s));
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0].create.code(), Code::kBadTopologyFile) << results[0].create.ToString();
   EXPECT_NE(results[0].create.message().find("CHOIR_TOPO_FILE"), std::string::npos) << results[0].create.ToString();
@@ -376,7 +365,7 @@ TEST(CommSelectionTest, RememberedChoiceNeverLeaksIntoOtherCalls) {
         }
       }
       return Status::Ok();
-    }, Opts("shm"));
+    }, TransportOptions("shm"));
     SCOPED_TRACE(tuning);
     ExpectAllOk(results);
   }
@@ -396,7 +385,7 @@ TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
       so.all_reduce_ops = false;
       so.algorithm = "cma";
       return CheckSweep(comm, so);
-    }, Opts("shm", 60s));
+    }, TransportOptions("shm", 60s));
     ExpectAllOk(results);
   }
 }
@@ -433,7 +422,7 @@ TEST(CommSharedTest, SharedBuffersMatchReferenceAndAreReadDirectly) {
         }
       }
       return direct > 0 ? Status::Ok() : Status(Code::kInternal, "no case read a peer's SharedBuffer");
-    }, Opts("shm", 120s));
+    }, TransportOptions("shm", 120s));
     ExpectAllOk(results);
   }
 }
@@ -469,7 +458,7 @@ TEST(CommSharedTest, AlltoallWithSomeRanksInPlaceMatchesReference) {
           }
         }
         return Status::Ok();
-      }, Opts("shm", 30s));
+      }, TransportOptions("shm", 30s));
       SCOPED_TRACE(std::to_string(n) + " ranks, rank 0 " + (zero_in_place ? "in place" : "not in place"));
       ExpectAllOk(results);
     }
@@ -550,7 +539,7 @@ TEST(CommPipeTest, AdaptiveWalksAgreeAndMatchReference) {
           }
         }
         return Status::Ok();
-      }, Opts("shm", 60s));
+      }, TransportOptions("shm", 60s));
       SCOPED_TRACE(std::to_string(n) + " ranks, CHOIR_SHM_ADAPT=" + set.adapt + ", CHOIR_SHM_CMA=" + set.cma);
       ExpectAllOk(results);
     }
@@ -570,7 +559,7 @@ TEST(CommPipeTest, TinyPipeWithoutCmaMatchesReference) {
       so.counts = {0, 1, 5, 1000, 4099, 70001};
       so.algorithm = "shm_pipe";
       return CheckSweep(comm, so, "shm_pipe", 50);
-    }, Opts("shm", 120s));
+    }, TransportOptions("shm", 120s));
     ExpectAllOk(results);
   }
 }
@@ -604,7 +593,7 @@ TEST(CommPipeTest, HierarchicalStepsThroughThePipeMatchReference) {
         so.algorithm = "hier";
         so.reduce_ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
         return CheckSweep(comm, so);
-      }, Opts("auto", 120s));
+      }, TransportOptions("auto", 120s));
       ExpectAllOk(results);
       std::remove(path.c_str());
     }
@@ -620,7 +609,7 @@ TEST(CommPipeTest, BadPipeSizeIsAnInvalidSettingNamingIt) {
   // In range but not a whole number of pages: refused by every rank's Create.
   for (const char* bad : {"1000", "4095"}) {
     params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", bad);
-    auto results = RunRanks(2, [](Communicator&) -> Status { return Status::Ok(); }, Opts("shm", 10s));
+    auto results = RunRanks(2, [](Communicator&) -> Status { return Status::Ok(); }, TransportOptions("shm", 10s));
     ASSERT_EQ(results.size(), 2u);
     for (const auto& r : results) {
       EXPECT_EQ(r.create.code(), Code::kInvalidSetting) << bad << ": " << r.create.ToString();
@@ -652,7 +641,7 @@ TEST(CommPipeTest, DefaultSelectionAndLargeBuffers) {
       }
       so.all_reduce_ops = false;
       return CheckSweep(comm, so, "shm_pipe").WithContext(std::string("CHOIR_SHM_CMA=") + cma);
-    }, Opts("shm", 60s));
+    }, TransportOptions("shm", 60s));
     ExpectAllOk(results);
   }
 }
@@ -668,7 +657,7 @@ TEST(CommLargeTest, CmaCopyBeyondTheDirectLimitMatchesReference) {
     so.in_place = false;
     so.algorithm = "cma";
     return CheckSweep(comm, so);
-  }, Opts("shm", 120s));
+  }, TransportOptions("shm", 120s));
   ExpectAllOk(results);
 }
 
@@ -768,7 +757,7 @@ TEST(CommFailureTest, WrappingCountsAndOverlappingBuffersAreRefused) {
         return Status(Code::kInternal, "want E100 with '" + cases[i].second + "', got " + s.ToString());
       }
       return Status::Ok();
-    }, Opts("shm", 10s));
+    }, TransportOptions("shm", 10s));
     ExpectAllOk(results);
   }
   // The in-place layouts themselves are accepted and give exact results.
@@ -787,7 +776,7 @@ TEST(CommFailureTest, WrappingCountsAndOverlappingBuffersAreRefused) {
     if (s.ok()) s = comm.Scatter(v.data(), v.data() + me * kCount, kCount, DataType::kInt32, 0).Wait();
     if (s.ok()) s = comm.Gather(v.data() + me * kCount, v.data(), kCount, DataType::kInt32, 1).Wait();
     return s;
-  }, Opts("shm", 10s));
+  }, TransportOptions("shm", 10s));
   ExpectAllOk(results);
 }
 
@@ -818,7 +807,7 @@ TEST(CommFailureTest, MismatchedCountsOpsDtypesAndOrder) {
           return Status(Code::kInternal, std::string(c.name) + ": want E401, got " + s.ToString());
         }
         return Status::Ok();
-      }, Opts(transport, 10s));
+      }, TransportOptions(transport, 10s));
       SCOPED_TRACE(transport + " " + c.name);
       ExpectAllOk(results);
     }
@@ -857,7 +846,7 @@ TEST(CommFailureTest, DisagreeingAlltoallvSplitsAreAMismatch) {
       const Status next = comm.Barrier().Wait();
       if (next.ok()) return Status(Code::kInternal, "the sender's next collective succeeded");
       return Status::Ok();
-    }, Opts(path.transport, 10s));
+    }, TransportOptions(path.transport, 10s));
     SCOPED_TRACE(std::string(path.transport) + " " + path.algorithm);
     ExpectAllOk(results);
   }
@@ -877,7 +866,7 @@ TEST(CommFailureTest, CollectivesInDifferentSlotRingsAreAMismatchAtOnce) {
       const Status s = comm.Allreduce(v.data(), v.data(), count, DataType::kInt64, ReduceOp::kSum).Wait();
       if (s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "want E401, got " + s.ToString());
       return Status::Ok();
-    }, Opts("shm", 10s));
+    }, TransportOptions("shm", 10s));
     SCOPED_TRACE(n);
     ExpectAllOk(results);
   }
@@ -899,7 +888,7 @@ TEST(CommFailureTest, DifferentOrderIsAMismatch) {
       return Status(Code::kInternal, "message lacks both signatures: " + s.ToString());
     }
     return Status::Ok();
-  }, Opts("tcp", 10s));
+  }, TransportOptions("tcp", 10s));
   ExpectAllOk(results);
 }
 
@@ -911,7 +900,7 @@ TEST(CommFailureTest, DifferentRootsFoundByStallCheck) {
     Status s = comm.Reduce(v.data(), out.data(), 16, DataType::kFloat32, ReduceOp::kSum, comm.rank()).Wait();
     if (s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "got " + s.ToString());
     return Status::Ok();
-  }, Opts("shm", 10s));
+  }, TransportOptions("shm", 10s));
   ExpectAllOk(results);
 }
 
@@ -922,7 +911,7 @@ TEST(CommFailureTest, FullCheckCatchesRootMismatchAtOnce) {
     Status s = comm.Broadcast(v.data(), v.data(), 16, DataType::kFloat32, comm.rank() == 2 ? 1 : 0).Wait();
     if (s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "got " + s.ToString());
     return Status::Ok();
-  }, Opts("tcp", 10s));
+  }, TransportOptions("tcp", 10s));
   ExpectAllOk(results);
 }
 
@@ -945,7 +934,7 @@ TEST(CommFailureTest, RootsThatDisagreeInAFlatBroadcastOrScatterAreFoundAtTheNex
           return Status(Code::kInternal, "uninformative: " + s.ToString());
         }
         return Status::Ok();
-      }, Opts("shm", 10s));
+      }, TransportOptions("shm", 10s));
       SCOPED_TRACE(std::to_string(n) + (scatter ? " ranks, scatter" : " ranks, broadcast"));
       ExpectAllOk(results);
     }
@@ -998,7 +987,7 @@ TEST(CommFailureTest, AForkedChildCannotUseItsParentsCommunicator) {
       if (!s.ok()) return s;
       if (v[0] != 6 || v[3] != 6) return Status(Code::kInternal, "split allreduce gave " + std::to_string(v[0]));
       return Status::Ok();
-    }, Opts(transport, 10s));
+    }, TransportOptions(transport, 10s));
     SCOPED_TRACE(transport);
     ExpectAllOk(results);
   }
@@ -1027,7 +1016,7 @@ TEST(CommFailureTest, PointToPointOfAnotherDataTypeIsAMismatch) {
       }
       if (i[0] != 0) return Status(Code::kInternal, "the receive buffer was written");
       return Status::Ok();
-    }, Opts(transport, 10s));
+    }, TransportOptions(transport, 10s));
     SCOPED_TRACE(transport);
     ExpectAllOk(results);
   }
@@ -1040,7 +1029,7 @@ TEST(CommFailureTest, PointToPointOfAnotherDataTypeIsAMismatch) {
       return Status(Code::kInternal, "want E401, got " + s.ToString());
     }
     return Status::Ok();
-  }, Opts("tcp", 10s));
+  }, TransportOptions("tcp", 10s));
   ExpectAllOk(results);
 }
 
@@ -1070,7 +1059,7 @@ TEST(CommFailureTest, TimeoutNamesSilentRankAndProgress) {
     // Rank 1 hears about rank 0's timeout instead of waiting its own 20 s.
     if (s.ok()) return Status(Code::kInternal, "rank 1 should fail");
     return Status::Ok();
-  }, Opts("shm", 20s));
+  }, TransportOptions("shm", 20s));
   ExpectAllOk(results);
 }
 
@@ -1090,7 +1079,7 @@ TEST(CommFailureTest, AbortWakesPeers) {
       if (s.message().find("test says stop") == std::string::npos) return Status(Code::kInternal, s.ToString());
       if (std::chrono::steady_clock::now() - start > 5s) return Status(Code::kInternal, "slow abort");
       return Status::Ok();
-    }, Opts(transport, 30s));
+    }, TransportOptions(transport, 30s));
     SCOPED_TRACE(transport);
     ExpectAllOk(results);
   }
@@ -1139,7 +1128,7 @@ TEST(CommTest, SplitWithRefusedOptionsFailsItsColorAtOnce) {
         if (!child.ok()) return child.status();
         return (*child)->size() == 1 ? Status::Ok() : Status(Code::kInternal, "size");
     }
-  }, Opts("shm", 20s));
+  }, TransportOptions("shm", 20s));
   ExpectAllOk(results);
 }
 
@@ -1224,7 +1213,7 @@ TEST(CommSlotTest, RanksRunningAheadNeverOverwriteUnreadSlots) {
         }
       }
       return Status::Ok();
-    }, Opts("shm", 5s));
+    }, TransportOptions("shm", 5s));
     ExpectAllOk(results);
   }
 }

@@ -18,21 +18,10 @@ namespace choir {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::ExpectAllOk;
 using testing::RunRanks;
+using testing::TransportOptions;
 
-CommOptions Opts(const std::string& transport, std::chrono::milliseconds timeout = 20s) {
-  CommOptions o;
-  o.transport = transport;
-  o.timeout = timeout;
-  return o;
-}
-
-void ExpectAllOk(const std::vector<testing::RankResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_TRUE(results[r].create.ok()) << "rank " << r << ": " << results[r].create.ToString();
-    EXPECT_TRUE(results[r].run.ok()) << "rank " << r << ": " << results[r].run.ToString();
-  }
-}
 
 Status Wrong(const std::string& what) { return Status(Code::kInternal, what); }
 
@@ -59,6 +48,29 @@ std::vector<int32_t> Message(int from, int to, int tag, size_t count) {
   return v;
 }
 
+// Waits until `done()` or until `limit` passed, napping `nap` between looks
+// (0: yield). Ranks signal each other through atomics: a rank that returns
+// early releases its peer with SetOnExit.
+template <class F>
+void WaitUntil(F done, std::chrono::milliseconds limit, std::chrono::milliseconds nap = 1ms) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done() && std::chrono::steady_clock::now() < until) {
+    if (nap.count() == 0) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(nap);
+    }
+  }
+}
+
+// Stores `value` into `flag` when it goes out of scope.
+template <class T>
+struct SetOnExit {
+  std::atomic<T>& flag;
+  T value;
+  ~SetOnExit() { flag.store(value); }
+};
+
 class P2PProgressTest : public ::testing::TestWithParam<std::string> {};
 
 // Both ranks post their receive before the send the other one waits for
@@ -81,7 +93,7 @@ TEST_P(P2PProgressTest, ReceivePostedBeforeTheSendOnBothRanks) {
         }
         return Status::Ok();
       },
-      Opts(GetParam()));
+      TransportOptions(GetParam()));
   ExpectAllOk(results);
 }
 
@@ -101,7 +113,7 @@ TEST_P(P2PProgressTest, LargeSendsBeforeReceivesOnBothRanks) {
         CHOIR_RETURN_IF_ERROR(r.Wait());
         return CheckMessage(in, peer, c.rank(), 9);
       },
-      Opts(GetParam()));
+      TransportOptions(GetParam()));
   ExpectAllOk(results);
 }
 
@@ -120,16 +132,11 @@ TEST_P(P2PProgressTest, ReceivesMatchByTagWhateverTheOrder) {
             const std::vector<int32_t> out = Message(1, 0, tag, count);
             CHOIR_RETURN_IF_ERROR(c.Send(out.data(), count, DataType::kInt32, 0, tag).Wait());
           }
-          const auto until = std::chrono::steady_clock::now() + 20s;
-          while (!first_done.load() && std::chrono::steady_clock::now() < until)
-            std::this_thread::sleep_for(1ms);
+          WaitUntil([&] { return first_done.load(); }, 20s);
           const std::vector<int32_t> out = Message(1, 0, 3, count);
           return c.Send(out.data(), count, DataType::kInt32, 0, 3).Wait();
         }
-        struct Release {
-          std::atomic<bool>& flag;
-          ~Release() { flag.store(true); }
-        } release{first_done};
+        SetOnExit<bool> release{first_done, true};
         std::vector<std::vector<int32_t>> in(4, std::vector<int32_t>(count, -1));
         Work r3 = c.Recv(in[3].data(), count, DataType::kInt32, 1, 3);
         Work r2 = c.Recv(in[2].data(), count, DataType::kInt32, 1, 2);
@@ -143,7 +150,7 @@ TEST_P(P2PProgressTest, ReceivesMatchByTagWhateverTheOrder) {
           CHOIR_RETURN_IF_ERROR(CheckMessage(in[static_cast<size_t>(tag)], 1, 0, tag));
         return Status::Ok();
       },
-      Opts(GetParam()));
+      TransportOptions(GetParam()));
   ExpectAllOk(results);
 }
 
@@ -154,9 +161,7 @@ TEST_P(P2PProgressTest, ReceivesMatchByTagWhateverTheOrder) {
 TEST_P(P2PProgressTest, AnySourceReceivesMatchInPostedOrder) {
   std::atomic<int> stage{0};
   auto wait_stage = [&](int want) {
-    const auto until = std::chrono::steady_clock::now() + 20s;
-    while (stage.load() < want && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(1ms);
+    WaitUntil([&] { return stage.load() >= want; }, 20s);
   };
   auto results = RunRanks(
       3,
@@ -173,10 +178,7 @@ TEST_P(P2PProgressTest, AnySourceReceivesMatchInPostedOrder) {
           const std::vector<int32_t> a = Message(2, 0, 5, count);
           return c.Send(a.data(), count, DataType::kInt32, 0, 5).Wait();
         }
-        struct Release {
-          std::atomic<int>& s;
-          ~Release() { s.store(9); }
-        } release{stage};
+        SetOnExit<int> release{stage, 9};
         std::vector<std::vector<int32_t>> in(3, std::vector<int32_t>(count, -1));
         Work x = c.Recv(in[0].data(), count, DataType::kInt32, Communicator::kAnySource, 5);
         Work y = c.Recv(in[1].data(), count, DataType::kInt32, Communicator::kAnySource, 5);
@@ -194,7 +196,7 @@ TEST_P(P2PProgressTest, AnySourceReceivesMatchInPostedOrder) {
         CHOIR_RETURN_IF_ERROR(CheckMessage(in[1], 2, 0, 5));
         return CheckMessage(in[2], 1, 0, 6);
       },
-      Opts(GetParam()));
+      TransportOptions(GetParam()));
   ExpectAllOk(results);
 }
 
@@ -207,31 +209,24 @@ TEST_P(P2PProgressTest, PendingReceiveFinishesWithoutAWait) {
       [&](Communicator& c) -> Status {
         const size_t count = 1000;
         if (c.rank() == 1) {
-          const auto until = std::chrono::steady_clock::now() + 20s;
-          while (!posted.load() && std::chrono::steady_clock::now() < until)
-            std::this_thread::sleep_for(1ms);
+          WaitUntil([&] { return posted.load(); }, 20s);
           const std::vector<int32_t> out = Message(1, 0, 4, count);
           return c.Send(out.data(), count, DataType::kInt32, 0, 4).Wait();
         }
-        struct Release {
-          std::atomic<bool>& flag;
-          ~Release() { flag.store(true); }
-        } release{posted};
+        SetOnExit<bool> release{posted, true};
         std::vector<int32_t> in(count, -1);
         Work r = c.Recv(in.data(), count, DataType::kInt32, 1, 4);
         if (r.Done()) return Wrong("the receive finished before its message was sent");
         std::atomic<int> called{0};
         r.Then([&](const Status& s) { called.store(s.ok() ? 1 : 2); });
         posted.store(true);
-        const auto until = std::chrono::steady_clock::now() + 10s;
-        while (!r.Done() && std::chrono::steady_clock::now() < until)
-          std::this_thread::sleep_for(1ms);
+        WaitUntil([&] { return r.Done(); }, 10s);
         if (!r.Done()) return Wrong("the receive did not finish within 10 s without a wait");
         if (called.load() != 1)
           return Wrong("Then() callback state " + std::to_string(called.load()));
         return CheckMessage(in, 1, 0, 4);
       },
-      Opts(GetParam()));
+      TransportOptions(GetParam()));
   ExpectAllOk(results);
 }
 
@@ -246,16 +241,11 @@ TEST_P(P2PProgressTest, CollectiveAfterAPendingReceive) {
         std::vector<int32_t> in(count, -1);
         Work r;
         if (c.rank() == 0) {
-          struct Release {
-            std::atomic<bool>& flag;
-            ~Release() { flag.store(true); }
-          } release{posted};
+          SetOnExit<bool> release{posted, true};
           r = c.Recv(in.data(), count, DataType::kInt32, 1, 8);
           if (r.Done()) return Wrong("the receive finished before its message was sent");
         } else {
-          const auto until = std::chrono::steady_clock::now() + 20s;
-          while (!posted.load() && std::chrono::steady_clock::now() < until)
-            std::this_thread::sleep_for(1ms);
+          WaitUntil([&] { return posted.load(); }, 20s);
           const std::vector<int32_t> out = Message(1, 0, 8, count);
           CHOIR_RETURN_IF_ERROR(c.Send(out.data(), count, DataType::kInt32, 0, 8).Wait());
         }
@@ -271,7 +261,7 @@ TEST_P(P2PProgressTest, CollectiveAfterAPendingReceive) {
         CHOIR_RETURN_IF_ERROR(r.Wait());
         return CheckMessage(in, 1, 0, 8);
       },
-      Opts(GetParam()));
+      TransportOptions(GetParam()));
   ExpectAllOk(results);
 }
 
@@ -284,15 +274,10 @@ TEST_P(P2PProgressTest, PendingReceiveTimesOutNamingItsPeer) {
       [&](Communicator& c) -> Status {
         if (c.rank() == 1) {
           // Stays until rank 0 has its error, so that the peer is not lost.
-          const auto until = std::chrono::steady_clock::now() + 30s;
-          while (!checked.load() && std::chrono::steady_clock::now() < until)
-            std::this_thread::sleep_for(5ms);
+          WaitUntil([&] { return checked.load(); }, 30s, 5ms);
           return Status::Ok();
         }
-        struct Release {
-          std::atomic<bool>& flag;
-          ~Release() { flag.store(true); }
-        } release{checked};
+        SetOnExit<bool> release{checked, true};
         int32_t x = -1;
         CallOptions o;
         o.timeout = 300ms;
@@ -315,7 +300,7 @@ TEST_P(P2PProgressTest, PendingReceiveTimesOutNamingItsPeer) {
         if (x != -1) return Wrong("the buffer was written");
         return Status::Ok();
       },
-      Opts(GetParam(), 20s));
+      TransportOptions(GetParam(), 20s));
   ASSERT_EQ(results.size(), 2u);
   EXPECT_TRUE(results[0].run.ok()) << results[0].run.ToString();
 }
@@ -346,7 +331,7 @@ TEST_P(P2PProgressTest, DestroyingTheCommunicatorFailsPendingOperations) {
         sub->reset();
         return Status::Ok();
       },
-      Opts(GetParam(), 20s));
+      TransportOptions(GetParam(), 20s));
   ExpectAllOk(results);
 }
 
@@ -384,7 +369,7 @@ TEST_P(P2PProgressTest, ManyInterleavedExchanges) {
         }
         return Status::Ok();
       },
-      Opts(GetParam()));
+      TransportOptions(GetParam()));
   ExpectAllOk(results);
 }
 
@@ -412,7 +397,7 @@ TEST_P(P2PProgressTest, AnOlderReceiveDoesNotHoldAYoungerOneWithAnotherTag) {
         if (back != 9) return Wrong("got " + std::to_string(back));
         return c.Send(&thirty_three, 1, DataType::kInt32, 0, 3).Wait();
       },
-      Opts(GetParam()));
+      TransportOptions(GetParam()));
   ExpectAllOk(results);
 }
 
@@ -439,7 +424,7 @@ TEST_P(P2PProgressTest, AnOpenAnySourceReceiveDoesNotHoldOtherTags) {
         if (back != 3) return Wrong("got " + std::to_string(back));
         return c.Send(&one, 1, DataType::kInt32, 0, 1).Wait();
       },
-      Opts(GetParam()));
+      TransportOptions(GetParam()));
   ExpectAllOk(results);
 }
 
@@ -450,9 +435,7 @@ TEST_P(P2PProgressTest, AnOpenAnySourceReceiveDoesNotHoldOtherTags) {
 TEST_P(P2PProgressTest, CallbacksOfOtherOperationsNeverRunInsideACall) {
   std::atomic<int> stage{0};
   auto wait_stage = [&](int want) {
-    const auto until = std::chrono::steady_clock::now() + 20s;
-    while (stage.load() < want && std::chrono::steady_clock::now() < until)
-      std::this_thread::yield();
+    WaitUntil([&] { return stage.load() >= want; }, 20s, 0ms);
   };
   auto results = RunRanks(
       2,
@@ -465,10 +448,7 @@ TEST_P(P2PProgressTest, CallbacksOfOtherOperationsNeverRunInsideACall) {
           CHOIR_RETURN_IF_ERROR(c.Recv(&got, 1, DataType::kInt32, 0, 2).Wait());
           return got == 2 ? Status::Ok() : Wrong("got " + std::to_string(got));
         }
-        struct Release {
-          std::atomic<int>& s;
-          ~Release() { s.store(9); }
-        } release{stage};
+        SetOnExit<int> release{stage, 9};
         static thread_local bool in_call = false;
         std::atomic<int> inside{0}, ran{0};
         Work r = c.Recv(&x, 1, DataType::kInt32, 1, 1);
@@ -492,7 +472,7 @@ TEST_P(P2PProgressTest, CallbacksOfOtherOperationsNeverRunInsideACall) {
         }
         return x == 1 ? Status::Ok() : Wrong("got " + std::to_string(x));
       },
-      Opts(GetParam()));
+      TransportOptions(GetParam()));
   ExpectAllOk(results);
 }
 
@@ -503,15 +483,10 @@ TEST_P(P2PProgressTest, AbortEndsPendingOperations) {
       2,
       [&](Communicator& c) -> Status {
         if (c.rank() == 1) {
-          const auto until = std::chrono::steady_clock::now() + 20s;
-          while (!checked.load() && std::chrono::steady_clock::now() < until)
-            std::this_thread::sleep_for(1ms);
+          WaitUntil([&] { return checked.load(); }, 20s);
           return Status::Ok();
         }
-        struct Release {
-          std::atomic<bool>& flag;
-          ~Release() { flag.store(true); }
-        } release{checked};
+        SetOnExit<bool> release{checked, true};
         int32_t x = -1;
         Work r = c.Recv(&x, 1, DataType::kInt32, 1, 1);
         std::this_thread::sleep_for(
@@ -525,7 +500,7 @@ TEST_P(P2PProgressTest, AbortEndsPendingOperations) {
         if (took > 5) return Wrong("took " + std::to_string(took) + " s");
         return Status::Ok();
       },
-      Opts(GetParam(), 60s));
+      TransportOptions(GetParam(), 60s));
   ASSERT_EQ(results.size(), 2u);
   EXPECT_TRUE(results[0].run.ok()) << results[0].run.ToString();
 }
@@ -542,9 +517,7 @@ TEST_P(P2PProgressTest, AWaiterWakesWhenAnotherThreadsDriveFinishesItsReceive) {
         2,
         [&](Communicator& c) -> Status {
           if (c.rank() == 1) {
-            const auto until = std::chrono::steady_clock::now() + 20s;
-            while (waiting.load() < 2 && std::chrono::steady_clock::now() < until)
-              std::this_thread::sleep_for(1ms);
+            WaitUntil([&] { return waiting.load() >= 2; }, 20s);
             std::this_thread::sleep_for(20ms);  // both threads of rank 0 are inside Wait by now
             int32_t two = 2, one = 1, got = -1;
             CHOIR_RETURN_IF_ERROR(c.Send(&two, 1, DataType::kInt32, 0, 2).Wait());
@@ -552,10 +525,7 @@ TEST_P(P2PProgressTest, AWaiterWakesWhenAnotherThreadsDriveFinishesItsReceive) {
             if (got != 3) return Wrong("got " + std::to_string(got));
             return c.Send(&one, 1, DataType::kInt32, 0, 1).Wait();
           }
-          struct Release {
-            std::atomic<int>& w;
-            ~Release() { w.store(9); }
-          } release{waiting};
+          SetOnExit<int> release{waiting, 9};
           int32_t a = -1, b = -1, three = 3;
           Status first;
           std::thread other([&] {
@@ -573,7 +543,7 @@ TEST_P(P2PProgressTest, AWaiterWakesWhenAnotherThreadsDriveFinishesItsReceive) {
           if (a != 1 || b != 2) return Wrong("got " + std::to_string(a) + ", " + std::to_string(b));
           return Status::Ok();
         },
-        Opts(GetParam(), 10s));
+        TransportOptions(GetParam(), 10s));
     ExpectAllOk(results);
     if (HasFailure()) break;
   }
@@ -610,7 +580,7 @@ TEST_P(P2PProgressTest, AnySourceReceiveIsNotHeldByAReceiveNamingAnotherSender) 
         int32_t v = 52;
         return c.Send(&v, 1, DataType::kInt32, 0, 5).Wait();
       },
-      Opts(GetParam()));
+      TransportOptions(GetParam()));
   ExpectAllOk(results);
 }
 
@@ -624,17 +594,12 @@ TEST_P(P2PProgressTest, AShortMessageForAPendingReceiveFailsTheNextCollectiveWit
       [&](Communicator& c) -> Status {
         std::vector<int32_t> buf(10, -1);
         if (c.rank() == 1) {
-          const auto until = std::chrono::steady_clock::now() + 20s;
-          while (!posted.load() && std::chrono::steady_clock::now() < until)
-            std::this_thread::sleep_for(1ms);
+          WaitUntil([&] { return posted.load(); }, 20s);
           (void)c.Send(buf.data(), 5, DataType::kInt32, 0, 4).Wait();
           (void)c.Allreduce(buf.data(), buf.data(), 1, DataType::kInt32, ReduceOp::kSum).Wait();
           return Status::Ok();
         }
-        struct Release {
-          std::atomic<bool>& flag;
-          ~Release() { flag.store(true); }
-        } release{posted};
+        SetOnExit<bool> release{posted, true};
         Work r = c.Recv(buf.data(), 10, DataType::kInt32, 1, 4);
         posted.store(true);
         const Status coll =
@@ -646,7 +611,7 @@ TEST_P(P2PProgressTest, AShortMessageForAPendingReceiveFailsTheNextCollectiveWit
           return Wrong("allreduce: want E107, got " + coll.ToString());
         return Status::Ok();
       },
-      Opts(GetParam()));
+      TransportOptions(GetParam()));
   ASSERT_EQ(results.size(), 2u);
   EXPECT_TRUE(results[0].run.ok()) << results[0].run.ToString();
 }

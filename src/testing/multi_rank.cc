@@ -1,9 +1,25 @@
 #include "testing/multi_rank.h"
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <thread>
 
 namespace choir::testing {
+
+CommOptions TransportOptions(const std::string& transport, std::chrono::milliseconds timeout) {
+  CommOptions o;
+  o.transport = transport;
+  o.timeout = timeout;
+  return o;
+}
+
+void ExpectAllOk(const std::vector<RankResult>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_TRUE(results[r].create.ok()) << "rank " << r << ": " << results[r].create.ToString();
+    EXPECT_TRUE(results[r].run.ok()) << "rank " << r << ": " << results[r].run.ToString();
+  }
+}
 
 std::string UniqueName(const std::string& prefix) {
   static std::atomic<int> counter{0};

@@ -7,6 +7,7 @@
 #ifndef CHOIR_TESTING_MULTI_RANK_H_
 #define CHOIR_TESTING_MULTI_RANK_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -32,6 +33,14 @@ std::vector<RankResult> RunRanks(int n, const std::function<Status(Communicator&
 std::vector<RankResult> RunRanks(int n, const std::function<Status(Communicator&)>& fn,
                                  const std::function<CommOptions(int rank)>& options_for_rank,
                                  std::shared_ptr<Store> store = nullptr);
+
+// Options for a test communicator: `transport` ("shm", "tcp", "auto") and
+// the deadline of its steps.
+CommOptions TransportOptions(const std::string& transport,
+                             std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+// Expects (gtest) that every rank created its communicator and returned OK.
+void ExpectAllOk(const std::vector<RankResult>& results);
 
 // A unique communicator name per call, so repeated tests never share keys.
 std::string UniqueName(const std::string& prefix);
