@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "algorithms/switch_points.h"
@@ -19,12 +20,12 @@
 #include "choir/settings.h"
 #include "choir/version.h"
 #include "comm/comm_impl.h"
-#include "comm/join_watch.h"
 #include "diag/metrics_endpoint.h"
 #include "params/params.h"
 #include "topology/build.h"
 #include "topology/machine.h"
 #include "topology/topology_file.h"
+#include "transport/join_failure.h"
 #include "transport/tcp/interfaces.h"
 
 namespace choir::comm {
@@ -307,6 +308,109 @@ std::vector<int> CpusFromHello(const std::string& text) {
 // same verdict on sharing cores when some rank's CPUs are unknown.
 int HostCpus() { return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)); }
 
+// Whether a failure of Create is this rank's own and worth telling the
+// others: not a store that does not answer or is inconsistent, nor a wait
+// for peers (timeouts, refused or lost peers), nor another rank's failure.
+bool IsJoinFailureToReport(const Status& s) {
+  switch (s.code()) {
+    case Code::kOk:
+    case Code::kStoreTimeout:
+    case Code::kStoreUnreachable:
+    case Code::kStoreProtocol:
+    case Code::kKeyNotFound:
+    case Code::kStoreIo:
+    case Code::kConnectTimeout:
+    case Code::kConnectRefused:
+    case Code::kPeerLost:
+    case Code::kAborted:
+    case Code::kRemoteError:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// How long a process given a rank outside the world waits for the world to form before
+// it tells the ranks still waiting why it cannot join.
+constexpr std::chrono::seconds kStrayGrace{2};
+
+// Leaves `error` where the other ranks wait (transport/join_failure.h).
+// Before its hello is published they wait for hellos: every hello still
+// missing in the incarnation the rank's join position falls in (and in the
+// next one too for a rank given twice, whose surplus join pushed the later
+// joiners there) gets the failure. After it, they wait for its segment, its
+// readiness or its TCP connection: those keys and `failed` get it.
+void ReportJoinFailure(const std::shared_ptr<Store>& store, const std::string& name, int size, int64_t position,
+                       int rank, const Status& error, bool twice, bool hello_published) {
+  const std::string value = transport::JoinFailureValue(rank, error);
+  const int64_t incarnation = position / size;
+  // Kept under the name too, for the timeout of ranks that computed another
+  // incarnation (another world size): RecentJoinFailures.
+  const Result<int64_t> index = store->Add("choir/" + name + "/failures", 1);
+  Status s = index.ok() ? store->Set(fmt::format("choir/{}/failure/{}", name, *index), value) : index.status();
+  auto keep_first = [&](const Status& more) {
+    if (s.ok()) s = more;
+  };
+  if (hello_published) {
+    auto scoped = NewPrefixStore("choir/" + name + "#" + std::to_string(incarnation), store);
+    for (const std::string& key :
+         {"shm/" + std::to_string(rank), "ready/" + std::to_string(rank), std::string(transport::kJoinFailedKey)}) {
+      const Result<std::string> after = scoped->CompareSet(key, "", value);
+      keep_first(after.status());
+    }
+  }
+  for (int64_t k = incarnation; !hello_published && k <= incarnation + (twice ? 1 : 0); ++k) {
+    std::vector<std::string> keys;
+    keys.reserve(static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) keys.push_back(fmt::format("choir/{}#{}/hello/{}", name, k, r));
+    if (rank < 0 || rank >= size) {
+      // A process outside the world may be one too many for a world that
+      // forms all the same: it fills only what is still missing after a
+      // while. (Polled, not a Wait: a store Wait that times out can leave a
+      // reply behind, as torch 1.13's TCPStore does.)
+      const std::vector<std::string> first(keys.begin(), keys.begin() + std::min<ptrdiff_t>(size, 65536));
+      for (const auto until = std::chrono::steady_clock::now() + kStrayGrace; std::chrono::steady_clock::now() < until;
+           std::this_thread::sleep_for(std::chrono::milliseconds(100))) {
+        const Result<bool> all = store->Check(first);
+        if (!all.ok() || (*all && size <= 65536)) break;
+      }
+    }
+    keep_first(transport::FillMissingKeys(*store, keys, value));
+  }
+  if (!s.ok()) {
+    CHOIR_LOG(Warn, INIT, "rank {} could not tell the other ranks of communicator '{}' why it did not join: {}",
+              rank, name, s.ToString());
+  }
+}
+
+// For a timeout naming the ranks that never joined: what the last processes
+// that could not join the name said ("" when none did).
+std::string RecentJoinFailures(Store& store, const std::string& name) {
+  constexpr int64_t kShown = 4;
+  const Result<int64_t> count = store.Add("choir/" + name + "/failures", 0);
+  if (!count.ok() || *count <= 0) return "";
+  std::string out;
+  for (int64_t i = *count; i > std::max<int64_t>(0, *count - kShown); --i) {
+    const Result<std::string> value = store.Get(fmt::format("choir/{}/failure/{}", name, i));
+    const auto failure = value.ok() ? transport::ParseJoinFailure(*value) : std::nullopt;
+    if (!failure) continue;
+    out += fmt::format("{} rank {} (pid {}{}): {}", out.empty() ? "" : ";", failure->rank, failure->pid,
+                       failure->host.empty() ? "" : " on " + failure->host, failure->error);
+  }
+  if (out.empty()) return "";
+  return fmt::format(". Processes that could not join '{}' said (newest first, {} in all):{}", name, *count, out);
+}
+
+// The failure a peer left in the incarnation's `failed` key, if any (for
+// waits on TCP connections).
+Status CheckJoinFailed(Store& scoped, const std::string& name) {
+  CHOIR_ASSIGN_OR_RETURN(const bool failed, scoped.Check({transport::kJoinFailedKey}));
+  if (!failed) return Status::Ok();
+  CHOIR_ASSIGN_OR_RETURN(const std::string value, scoped.Get(transport::kJoinFailedKey));
+  const auto failure = transport::ParseJoinFailure(value);
+  return failure ? transport::JoinFailureStatus(*failure, name) : Status::Ok();
+}
+
 }  // namespace
 
 Status CommImpl::CheckOptions(const CommOptions& options) { return ResolveConfig(options).status(); }
@@ -327,16 +431,17 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
     if (!joined.ok()) return made;
     position = *joined;
   }
-  ReportJoinFailure(*store, name, position, rank, made.status());
-  // A rank claimed twice took a place in the join order: the ranks that
-  // join after it land in the next incarnation, which cannot form either.
-  if (progress.twice) ReportJoinFailure(*store, name, (position / size + 1) * size, rank, made.status());
+  // Without a world size there is no telling which keys the others wait for.
+  if (size >= 1 && size <= topology::kMaxWorldSize) {
+    ReportJoinFailure(store, name, size, position, rank, made.status(), progress.twice, progress.hello_published);
+  }
   return made;
 }
 
 Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& store, int rank, int size,
                                                  const CommOptions& options, const InheritedPlace* inherited,
                                                  JoinProgress* progress) {
+  const int64_t join_start = NowNanos();
   if (size < 1 || size > topology::kMaxWorldSize) {
     return Status(Code::kInvalidWorldSize, fmt::format("world size must be 1 to {}, got {}", topology::kMaxWorldSize, size));
   }
@@ -356,10 +461,6 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   progress->position = joined - 1;
   config.uid = config.name + "#" + std::to_string((joined - 1) / size);
   auto scoped = NewPrefixStore("choir/" + config.uid, store);
-  // Waits for the other ranks end early when one of them reports that it
-  // cannot join this incarnation (comm/join_watch.h).
-  auto watch = std::make_shared<JoinWatch>(store, config.name, (joined - 1) / size * size, size);
-  auto watched = NewWatchedStore(scoped, watch);
 
   CHOIR_ASSIGN_OR_RETURN(std::string address, ChooseListenAddress(where.place));
   CHOIR_ASSIGN_OR_RETURN(Fd listener, net::Listen(address, 0, 4096));
@@ -388,8 +489,8 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
                               "restart the job",
                               rank, config.name, rank));
   }
-  WithdrawJoinFailure(*store, config.name, rank);  // this process's earlier try that failed
   CHOIR_RETURN_IF_ERROR(scoped->Set("hello/" + std::to_string(rank), hello_text));
+  progress->hello_published = true;
 
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back("hello/" + std::to_string(r));
@@ -398,7 +499,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   Status waited;
   for (size_t first = 0; first < keys.size() && waited.ok(); first += kKeysPerWait) {
     const auto part = std::span(keys).subspan(first, std::min(kKeysPerWait, keys.size() - first));
-    waited = watched->Wait(std::vector<std::string>(part.begin(), part.end()), Remaining(deadline));
+    waited = scoped->Wait(std::vector<std::string>(part.begin(), part.end()), Remaining(deadline));
   }
   if (!waited.ok() && waited.code() != Code::kStoreTimeout) {
     return waited.WithContext("rank " + std::to_string(rank) + " joining communicator '" + config.name + "'");
@@ -427,13 +528,30 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
                       " never joined communicator '" + config.name + "' within " +
                       fmt::format("{:.1f}", config.timeout_seconds) +
                       " s; they did not start, crashed before rendezvous, or use another store "
-                      "address or WORLD_SIZE" + twice);
+                      "address or WORLD_SIZE" + twice + RecentJoinFailures(*store, config.name));
   }
   std::vector<transport::PeerInfo> peers;
   std::vector<RankPlace> places;
   std::vector<std::vector<int>> local_cpus;  // each local rank's CPU affinity (empty: unknown)
   for (int r = 0; r < size; ++r) {
     CHOIR_ASSIGN_OR_RETURN(std::string text, scoped->Get(keys[static_cast<size_t>(r)]));
+    // A rank that could not join left its failure where the hellos go
+    // (transport/join_failure.h); one this process left as this rank on an
+    // earlier try waits for the real hello instead.
+    for (auto failed = transport::ParseJoinFailure(text); failed; failed = transport::ParseJoinFailure(text)) {
+      if (!transport::IsOwnEarlierFailure(*failed, rank, join_start)) {
+        return transport::JoinFailureStatus(*failed, config.name)
+            .WithContext("rank " + std::to_string(rank) + " joining communicator '" + config.name + "'");
+      }
+      if (deadline.Expired()) {
+        return Status(Code::kStoreTimeout,
+                      fmt::format("rank {}: rank {} never joined communicator '{}' within {:.1f} s (its hello "
+                                  "still holds the failure of this process's earlier try)",
+                                  rank, r, config.name, config.timeout_seconds));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      CHOIR_ASSIGN_OR_RETURN(text, scoped->Get(keys[static_cast<size_t>(r)]));
+    }
     CHOIR_ASSIGN_OR_RETURN(transport::PeerInfo p, CheckHello(text, hello, r));
     places.push_back(PlaceFromHello(text, p));
     if (p.host_id == config.host_id) local_cpus.push_back(CpusFromHello(text));
@@ -457,8 +575,9 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   co.ranks_share_cpus = oversubscribed;
   co.tuning = algorithms::SwitchTableName(algorithms::ConfiguredSwitchTable());
   co.cache_bytes = topology::CacheBytes(2);
-  co.watch = [watch] { return watch->Check(); };
-  auto endpoint = transport::ConnectPeers(*watched, rank, peers, std::move(listener), co);
+  co.comm_name = config.name;
+  co.watch = [scoped, name = config.name] { return CheckJoinFailed(*scoped, name); };
+  auto endpoint = transport::ConnectPeers(*scoped, rank, peers, std::move(listener), co);
   if (!endpoint.ok()) return endpoint.status();
 
   auto impl = std::unique_ptr<CommImpl>(new CommImpl(store, scoped, rank, size, std::move(config)));

@@ -89,11 +89,12 @@ class CommImpl {
  private:
   CommImpl(std::shared_ptr<Store> store, std::shared_ptr<Store> scoped, int rank, int size,
            CommConfig config);
-  // How far a Join got, for the report of its failure (comm/join_watch.h).
+  // How far a Join got, for the report of its failure (transport/join_failure.h).
   struct JoinProgress {
     std::string name;       // the communicator's name, once the settings resolved
     int64_t position = -1;  // ranks of that name joined before this one, once it joined
     bool twice = false;     // another process had claimed this rank
+    bool hello_published = false;
   };
   // Create's work; Create tells the other ranks when it fails.
   static Result<std::unique_ptr<CommImpl>> Join(const std::shared_ptr<Store>& store, int rank, int size,

@@ -14,6 +14,7 @@
 #include "base/socket.h"
 #include "base/strings.h"
 #include "choir/version.h"
+#include "transport/join_failure.h"
 #include "transport/shm/shm_channel.h"
 #include "transport/tcp/handshake.h"
 #include "transport/tcp/tcp_channel.h"
@@ -158,7 +159,15 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     int port = 0;
     CHOIR_RETURN_IF_ERROR(net::SplitHostPort(peer.address, &host, &port));
     for (int k = 0; k < streams; ++k) {
-      auto fd = net::Connect(host, port, deadline);
+      // In slices when there is a watch, so that a peer's failure ends the wait.
+      Result<Fd> fd = Status(Code::kConnectTimeout, "");
+      while (true) {
+        fd = net::Connect(host, port, options.watch ? Deadline::Earlier(deadline, Deadline::AfterSeconds(1)) : deadline);
+        const bool slice_over = !fd.ok() && (fd.status().code() == Code::kConnectRefused ||
+                                              fd.status().code() == Code::kConnectTimeout);
+        if (!slice_over || !options.watch || deadline.Expired()) break;
+        CHOIR_RETURN_IF_ERROR(options.watch());
+      }
       if (!fd.ok()) {
         return fd.status().WithContext("rank " + std::to_string(rank) + " connecting to rank " +
                                        std::to_string(peer.rank) + " at " + peer.address +
@@ -242,6 +251,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     const std::string key = "shm/" + std::to_string(p);
     auto value = store.WaitGet(key, Remaining(deadline));
     if (!value.ok()) return value.status().WithContext("waiting for rank " + std::to_string(p) + "'s shared-memory segment");
+    if (const auto failed = ParseJoinFailure(*value)) return JoinFailureStatus(*failed, options.comm_name);
     const size_t space = value->find(' ');
     const std::string hex = space == std::string::npos ? "" : value->substr(space + 1);
     char* end = nullptr;
@@ -293,6 +303,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
       const int p = local_peers[i];
       auto v = store.Get(keys[i]);
       if (!v.ok()) return v.status().WithContext("reading rank " + std::to_string(p) + "'s readiness");
+      if (const auto failed = ParseJoinFailure(*v)) return JoinFailureStatus(*failed, options.comm_name);
       CHOIR_ASSIGN_OR_RETURN(const Readiness theirs, ParseReadiness(*v));
       group_ready.cma = group_ready.cma && theirs.cma;
       group_ready.cache_bytes = std::min(group_ready.cache_bytes, theirs.cache_bytes);

@@ -39,6 +39,7 @@ struct PeerInfo {
 struct ConnectOptions {
   std::string job_id;
   std::string comm_uid;   // unique per communicator incarnation
+  std::string comm_name;  // the communicator's name (in errors)
   Deadline deadline = Deadline::Infinite();
   size_t ring_bytes = 2 << 20;
   size_t area_slot_bytes = 64 << 10;
@@ -57,9 +58,10 @@ struct ConnectOptions {
   // This rank's L2 cache bytes (0: unknown), which bound shm_pipe's chunks;
   // the host's ranks use the smallest, so that their chunks agree.
   size_t cache_bytes = 0;
-  // Called about every second while waiting for peers to connect; an error
-  // ends the wait with it (a peer that reported it cannot join). The store
-  // waits are watched by the store given to ConnectPeers.
+  // Called about every second while waiting for a TCP connection to or
+  // from a peer; an error ends the wait with it (a peer that could not join:
+  // transport/join_failure.h). Store values that are failures end the store
+  // waits.
   std::function<Status()> watch;
 };
 

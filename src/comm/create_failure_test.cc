@@ -1,0 +1,210 @@
+// A rank that cannot join leaves its failure where the others wait
+// (transport/join_failure.h): they stop at once with E403 naming it instead
+// of waiting for their timeout, and a world that can form still forms.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "choir/communicator.h"
+#include "transport/join_failure.h"
+
+namespace choir {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+CommOptions Opts(std::chrono::milliseconds timeout = 60s) {
+  CommOptions o;
+  o.transport = "tcp";
+  o.timeout = timeout;
+  return o;
+}
+
+double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+bool HasKey(Store& store, const std::string& key) {
+  const Result<bool> there = store.Check({key});
+  return there.ok() && *there;
+}
+
+void WaitForKey(Store& store, const std::string& key) {
+  for (int i = 0; i < 10000 && !HasKey(store, key); ++i) std::this_thread::sleep_for(1ms);
+}
+
+struct Outcome {
+  std::vector<Status> waiting;  // ranks 0-2
+  Status bad;                   // the process meant to be rank 3
+  double seconds = 0;           // until every rank had its answer
+};
+
+// Ranks 0-2 of a 4-rank world wait; the process meant to be rank 3 was
+// given `bad_rank` and `bad_size`, and `bad_options`.
+Outcome ThreeWaitForABadFourth(int bad_rank, int bad_size, const CommOptions& bad_options) {
+  auto store = NewMemoryStore();
+  Outcome out;
+  out.waiting.resize(3);
+  std::vector<std::thread> th;
+  const auto t0 = Clock::now();
+  for (int r = 0; r < 3; ++r) {
+    th.emplace_back([&, r] { out.waiting[static_cast<size_t>(r)] = Communicator::Create(store, r, 4, Opts()).status(); });
+  }
+  for (int r = 0; r < 3; ++r) WaitForKey(*store, "choir/world#0/hello/" + std::to_string(r));
+  out.bad = Communicator::Create(store, bad_rank, bad_size, bad_options).status();
+  for (auto& t : th) t.join();
+  out.seconds = SecondsSince(t0);
+  return out;
+}
+
+// Every waiting rank got E403 naming `text`, well before its 60 s timeout.
+void ExpectAllTold(const Outcome& o, const std::string& text) {
+  for (size_t r = 0; r < o.waiting.size(); ++r) {
+    EXPECT_EQ(o.waiting[r].code(), Code::kRemoteError) << "rank " << r << ": " << o.waiting[r].ToString();
+    EXPECT_NE(o.waiting[r].message().find(text), std::string::npos) << "rank " << r << ": " << o.waiting[r].ToString();
+  }
+  EXPECT_LT(o.seconds, 20.0);
+}
+
+TEST(CreateFailureTest, ARefusedSettingIsNamedToTheOthersAtOnce) {
+  CommOptions o = Opts();
+  o.transport = "carrier-pigeon";
+  const Outcome out = ThreeWaitForABadFourth(3, 4, o);
+  EXPECT_EQ(out.bad.code(), Code::kInvalidArgument) << out.bad.ToString();
+  ExpectAllTold(out, "rank 3 (pid ");
+  ExpectAllTold(out, "carrier-pigeon");
+  EXPECT_LT(out.seconds, 5.0);  // no grace: rank 3 is this world's
+}
+
+TEST(CreateFailureTest, ARankOutsideTheWorldIsNamedToTheOthers) {
+  const Outcome out = ThreeWaitForABadFourth(7, 4, Opts());
+  EXPECT_EQ(out.bad.code(), Code::kInvalidRank) << out.bad.ToString();
+  ExpectAllTold(out, "rank 7 (pid ");
+  ExpectAllTold(out, "could not join communicator 'world': E102 InvalidRank: rank 7 is outside [0, 4)");
+}
+
+// A process whose world is larger than the others' but which shares their
+// incarnation (3 joined: the first for both) fills the hellos of its own
+// world that are missing, among them the ones the others wait for.
+TEST(CreateFailureTest, ALargerWorldSizeIsNamedToTheOthers) {
+  const Outcome out = ThreeWaitForABadFourth(7, 5, Opts());
+  EXPECT_EQ(out.bad.code(), Code::kInvalidRank) << out.bad.ToString();
+  ExpectAllTold(out, "rank 7 is outside [0, 5)");
+}
+
+// One whose world is smaller computes another incarnation: the others are
+// not stopped early, but their timeout names it.
+TEST(CreateFailureTest, ASmallerWorldSizeIsNamedInTheTimeout) {
+  CommOptions quick = Opts(2s);
+  auto store = NewMemoryStore();
+  std::vector<Status> st(3);
+  std::vector<std::thread> th;
+  for (int r = 0; r < 3; ++r) {
+    th.emplace_back([&, r] { st[static_cast<size_t>(r)] = Communicator::Create(store, r, 4, quick).status(); });
+  }
+  for (int r = 0; r < 3; ++r) WaitForKey(*store, "choir/world#0/hello/" + std::to_string(r));
+  const Status bad = Communicator::Create(store, 3, 3, quick).status();
+  for (auto& t : th) t.join();
+  EXPECT_EQ(bad.code(), Code::kInvalidRank) << bad.ToString();
+  for (size_t r = 0; r < st.size(); ++r) {
+    EXPECT_EQ(st[r].code(), Code::kStoreTimeout) << "rank " << r << ": " << st[r].ToString();
+    EXPECT_NE(st[r].message().find("rank(s) 3 of 4 never joined"), std::string::npos) << st[r].ToString();
+    EXPECT_NE(st[r].message().find("E102 InvalidRank: rank 3 is outside [0, 3)"), std::string::npos)
+        << st[r].ToString();
+  }
+}
+
+// A process outside the world that comes while the world is still forming
+// leaves it alone when the world forms within the grace.
+TEST(CreateFailureTest, AProcessTooManyDoesNotStopAWorldThatForms) {
+  auto store = NewMemoryStore();
+  std::vector<Status> st(4);
+  std::vector<std::thread> th;
+  for (int r = 0; r < 3; ++r) {
+    th.emplace_back([&, r] { st[static_cast<size_t>(r)] = Communicator::Create(store, r, 4, Opts()).status(); });
+  }
+  for (int r = 0; r < 3; ++r) WaitForKey(*store, "choir/world#0/hello/" + std::to_string(r));
+  std::thread stray([&] { EXPECT_EQ(Communicator::Create(store, 4, 4, Opts()).status().code(), Code::kInvalidRank); });
+  std::this_thread::sleep_for(1s);
+  st[3] = Communicator::Create(store, 3, 4, Opts()).status();
+  for (auto& t : th) t.join();
+  stray.join();
+  for (size_t r = 0; r < st.size(); ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].ToString();
+}
+
+// A rank that failed once and then joins waits for the real hellos where its
+// first try left its failure; the world forms.
+TEST(CreateFailureTest, ARetryThatJoinsWaitsPastItsOwnFailure) {
+  auto store = NewMemoryStore();
+  CommOptions bad = Opts(10s);
+  bad.transport = "carrier-pigeon";
+  ASSERT_EQ(Communicator::Create(store, 1, 2, bad).status().code(), Code::kInvalidArgument);
+  const Result<std::string> left = store->Get("choir/world#0/hello/0");
+  ASSERT_TRUE(left.ok()) << left.status().ToString();
+  ASSERT_TRUE(transport::ParseJoinFailure(*left).has_value()) << *left;
+  Status second;
+  std::thread retry([&] { second = Communicator::Create(store, 1, 2, Opts(10s)).status(); });
+  std::this_thread::sleep_for(200ms);  // the retry reads hello/0: its own failure; it waits
+  auto first = Communicator::Create(store, 0, 2, Opts(10s));
+  retry.join();
+  EXPECT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(second.ok()) << second.ToString();
+}
+
+// A rank given twice: the second process is refused, the first is told, and
+// so is the rank that joins after them (the surplus join pushed it into the
+// next incarnation).
+TEST(CreateFailureTest, ARankGivenTwiceStopsBothIncarnationsItTouches) {
+  auto store = NewMemoryStore();
+  std::vector<Status> st(3);
+  const auto t0 = Clock::now();
+  std::thread first([&] { st[0] = Communicator::Create(store, 0, 2, Opts()).status(); });
+  WaitForKey(*store, "choir/world#0/hello/0");
+  st[1] = Communicator::Create(store, 0, 2, Opts()).status();
+  std::thread last([&] { st[2] = Communicator::Create(store, 1, 2, Opts()).status(); });
+  first.join();
+  last.join();
+  EXPECT_EQ(st[1].code(), Code::kInvalidRank) << st[1].ToString();
+  for (size_t i : {size_t{0}, size_t{2}}) {
+    EXPECT_EQ(st[i].code(), Code::kRemoteError) << i << ": " << st[i].ToString();
+    EXPECT_NE(st[i].message().find("rank 0 of communicator 'world' was already taken by another process"),
+              std::string::npos)
+        << i << ": " << st[i].ToString();
+  }
+  EXPECT_LT(SecondsSince(t0), 20.0);
+}
+
+// A rank that fails after its hello (here: a peer's failure value is found
+// while connecting) is seen by the ranks waiting for its TCP connection.
+TEST(CreateFailureTest, AFailureAfterTheHelloEndsTheWaitForConnections) {
+  auto store = NewMemoryStore();
+  // Rank 1 publishes a hello through a real Create that we stop from
+  // connecting: it waits for rank 0's... Simpler: rank 0 waits for rank 1's
+  // connection, and the failed key appears.
+  Status st;
+  std::thread zero([&] { st = Communicator::Create(store, 0, 2, Opts()).status(); });
+  WaitForKey(*store, "choir/world#0/hello/0");
+  // A stand-in for rank 1: it joins and publishes a hello copied from rank
+  // 0's with its rank changed, then fails before connecting.
+  ASSERT_TRUE(store->Add("choir/world/joined", 1).ok());
+  ASSERT_TRUE(store->Add("choir/world#0/claim/1", 1).ok());
+  std::string hello = *store->Get("choir/world#0/hello/0");
+  const size_t at = hello.find("\"rank\":0");
+  ASSERT_NE(at, std::string::npos) << hello;
+  hello.replace(at, 8, "\"rank\":1");
+  ASSERT_TRUE(store->Set("choir/world#0/hello/1", hello).ok());
+  std::this_thread::sleep_for(500ms);  // rank 0 waits for rank 1's connection by now
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(store->Set("choir/world#0/failed", transport::JoinFailureValue(
+                                                     1, Status(Code::kOutOfMemory, "no room in /dev/shm")))
+                  .ok());
+  zero.join();
+  EXPECT_EQ(st.code(), Code::kRemoteError) << st.ToString();
+  EXPECT_NE(st.message().find("rank 1 (pid "), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("E503 OutOfMemory: no room in /dev/shm"), std::string::npos) << st.ToString();
+  EXPECT_LT(SecondsSince(t0), 5.0);
+}
+
+}  // namespace
+}  // namespace choir
