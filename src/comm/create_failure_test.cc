@@ -133,6 +133,50 @@ TEST(CreateFailureTest, AProcessTooManyDoesNotStopAWorldThatForms) {
   for (size_t r = 0; r < st.size(); ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].ToString();
 }
 
+// With three ranks: the ones that come after the retry find its first
+// try's failure in the hello of a rank still missing, see that the failed
+// process has joined since, and wait for the real hello.
+TEST(CreateFailureTest, ARetryThatJoinsDoesNotStopTheOthers) {
+  auto store = NewMemoryStore();
+  CommOptions bad = Opts(10s);
+  bad.transport = "carrier-pigeon";
+  ASSERT_EQ(Communicator::Create(store, 1, 3, bad).status().code(), Code::kInvalidArgument);
+  std::vector<Status> st(3);
+  std::thread retry([&] { st[1] = Communicator::Create(store, 1, 3, Opts(10s)).status(); });
+  WaitForKey(*store, "choir/world#0/claim/1");
+  std::this_thread::sleep_for(100ms);  // its real hello is in
+  std::thread zero([&] { st[0] = Communicator::Create(store, 0, 3, Opts(10s)).status(); });
+  std::this_thread::sleep_for(300ms);  // rank 0 reads hello/2: the first try's failure; it waits
+  st[2] = Communicator::Create(store, 2, 3, Opts(10s)).status();
+  retry.join();
+  zero.join();
+  for (size_t r = 0; r < st.size(); ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].ToString();
+}
+
+// A process outside the world that comes after the world formed leaves the
+// next incarnation of the name alone.
+TEST(CreateFailureTest, AProcessTooManyAfterTheWorldFormedLeavesTheNextIncarnationAlone) {
+  auto store = NewMemoryStore();
+  std::vector<Status> st(2);
+  {
+    std::vector<std::thread> th;
+    for (int r = 0; r < 2; ++r) {
+      th.emplace_back([&, r] { st[static_cast<size_t>(r)] = Communicator::Create(store, r, 2, Opts(10s)).status(); });
+    }
+    for (auto& t : th) t.join();
+    ASSERT_TRUE(st[0].ok() && st[1].ok()) << st[0].ToString() << " / " << st[1].ToString();
+  }
+  EXPECT_EQ(Communicator::Create(store, 5, 2, Opts(10s)).status().code(), Code::kInvalidRank);
+  EXPECT_FALSE(HasKey(*store, "choir/world#1/hello/0"));
+  std::vector<std::thread> th;
+  for (int r = 0; r < 2; ++r) {
+    th.emplace_back([&, r] { st[static_cast<size_t>(r)] = Communicator::Create(store, r, 2, Opts(10s)).status(); });
+  }
+  for (auto& t : th) t.join();
+  EXPECT_TRUE(st[0].ok()) << st[0].ToString();
+  EXPECT_TRUE(st[1].ok()) << st[1].ToString();
+}
+
 // A rank that failed once and then joins waits for the real hellos where its
 // first try left its failure; the world forms.
 TEST(CreateFailureTest, ARetryThatJoinsWaitsPastItsOwnFailure) {
@@ -196,12 +240,14 @@ TEST(CreateFailureTest, AFailureAfterTheHelloEndsTheWaitForConnections) {
   ASSERT_TRUE(store->Set("choir/world#0/hello/1", hello).ok());
   std::this_thread::sleep_for(500ms);  // rank 0 waits for rank 1's connection by now
   const auto t0 = Clock::now();
-  ASSERT_TRUE(store->Set("choir/world#0/failed", transport::JoinFailureValue(
-                                                     1, Status(Code::kOutOfMemory, "no room in /dev/shm")))
-                  .ok());
+  transport::JoinFailure failure;
+  failure.rank = 1;
+  failure.pid = 4242;
+  failure.error = "E503 OutOfMemory: no room in /dev/shm";
+  ASSERT_TRUE(store->Set("choir/world#0/failed", transport::JoinFailureValue(failure)).ok());
   zero.join();
   EXPECT_EQ(st.code(), Code::kRemoteError) << st.ToString();
-  EXPECT_NE(st.message().find("rank 1 (pid "), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("rank 1 (pid 4242)"), std::string::npos) << st.ToString();
   EXPECT_NE(st.message().find("E503 OutOfMemory: no room in /dev/shm"), std::string::npos) << st.ToString();
   EXPECT_LT(SecondsSince(t0), 5.0);
 }

@@ -7,7 +7,6 @@
 
 #include <fmt/format.h>
 
-#include "base/clock.h"
 #include "base/json_text.h"
 
 namespace choir::transport {
@@ -21,22 +20,16 @@ constexpr std::string_view kMarker = "choir-join-failed ";
 constexpr size_t kMaxErrorChars = 2000;  // the value stays a small store value
 constexpr size_t kMaxKeysPerCheck = 65536;  // choir/store.h
 
-std::string HostName() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return host;
-}
-
 }  // namespace
 
-std::string JoinFailureValue(int rank, const Status& error) {
-  std::string text = error.ToString();
-  if (text.size() > kMaxErrorChars) text = text.substr(0, kMaxErrorChars) + "...";
-  const json j = {{"rank", rank},
-                  {"pid", static_cast<int64_t>(getpid())},
-                  {"host", HostName()},
-                  {"at_ns", NowNanos()},
-                  {"error", text}};
+std::string JoinFailureValue(const JoinFailure& f) {
+  json j = {{"rank", f.rank}, {"pid", f.pid}, {"at_ns", f.at_ns}};
+  if (!f.host.empty()) j["host"] = f.host;
+  if (!f.where.empty()) j["where"] = f.where;
+  if (!f.error.empty()) {
+    j["error"] = f.error.size() > kMaxErrorChars ? f.error.substr(0, kMaxErrorChars) + "..." : f.error;
+  }
+  if (f.index > 0) j["index"] = f.index;
   return std::string(kMarker) + JsonDump(j);
 }
 
@@ -44,8 +37,10 @@ std::optional<JoinFailure> ParseJoinFailure(const std::string& value) {
   if (value.compare(0, kMarker.size(), kMarker) != 0) return std::nullopt;
   const json j = json::parse(value.substr(kMarker.size()), nullptr, /*allow_exceptions=*/false);
   JoinFailure f;
-  f.error = "(unreadable report: " + value.substr(0, 200) + ")";
-  if (!j.is_object()) return f;  // still a failure: the others must not wait on
+  if (!j.is_object()) {
+    f.error = "(unreadable failure value: " + value.substr(0, 200) + ")";
+    return f;
+  }
   auto number = [&](const char* key, int64_t* out) {
     auto it = j.find(key);
     if (it != j.end() && it->is_number_integer()) *out = it->get<int64_t>();
@@ -57,7 +52,9 @@ std::optional<JoinFailure> ParseJoinFailure(const std::string& value) {
   number("rank", &f.rank);
   number("pid", &f.pid);
   number("at_ns", &f.at_ns);
+  number("index", &f.index);
   text("host", &f.host);
+  text("where", &f.where);
   text("error", &f.error);
   return f;
 }
@@ -65,35 +62,30 @@ std::optional<JoinFailure> ParseJoinFailure(const std::string& value) {
 Status JoinFailureStatus(const JoinFailure& failure, const std::string& comm_name) {
   return Status(Code::kRemoteError,
                 fmt::format("rank {} (pid {}{}) could not join communicator '{}': {}", failure.rank, failure.pid,
-                            failure.host.empty() ? "" : " on " + failure.host, comm_name, failure.error));
+                            failure.host.empty() ? "" : " on " + failure.host, comm_name,
+                            failure.error.empty() ? std::string("(its error was not kept)") : failure.error));
 }
 
-bool IsOwnEarlierFailure(const JoinFailure& failure, int rank, int64_t since_ns) {
-  return failure.rank == rank && failure.pid == static_cast<int64_t>(getpid()) && failure.at_ns < since_ns;
+bool IsOwnEarlierFailure(const JoinFailure& failure, int rank, const std::string& where, int64_t since_ns) {
+  return failure.rank == rank && failure.pid == static_cast<int64_t>(getpid()) && failure.where == where &&
+         failure.at_ns < since_ns;
 }
 
 Status FillMissingKeys(Store& store, std::span<const std::string> keys, const std::string& value) {
   if (keys.empty()) return Status::Ok();
-  Status first;
   if (keys.size() > kMaxKeysPerCheck) {
     for (size_t at = 0; at < keys.size(); at += kMaxKeysPerCheck) {
-      Status s = FillMissingKeys(store, keys.subspan(at, std::min(kMaxKeysPerCheck, keys.size() - at)), value);
-      if (first.ok()) first = s;
+      CHOIR_RETURN_IF_ERROR(
+          FillMissingKeys(store, keys.subspan(at, std::min(kMaxKeysPerCheck, keys.size() - at)), value));
     }
-    return first;
+    return Status::Ok();
   }
-  const Result<bool> all_there = store.Check(std::vector<std::string>(keys.begin(), keys.end()));
-  if (!all_there.ok()) return all_there.status();
-  if (*all_there) return Status::Ok();
-  if (keys.size() == 1) {
-    // Only where nothing is: a value that arrived meanwhile is a real one.
-    const Result<std::string> after = store.CompareSet(keys[0], "", value);
-    return after.ok() ? Status::Ok() : after.status();
-  }
+  CHOIR_ASSIGN_OR_RETURN(const bool all_there, store.Check(std::vector<std::string>(keys.begin(), keys.end())));
+  if (all_there) return Status::Ok();
+  if (keys.size() == 1) return store.Set(keys[0], value);
   const size_t half = keys.size() / 2;
-  first = FillMissingKeys(store, keys.first(half), value);
-  const Status second = FillMissingKeys(store, keys.subspan(half), value);
-  return first.ok() ? second : first;
+  CHOIR_RETURN_IF_ERROR(FillMissingKeys(store, keys.first(half), value));
+  return FillMissingKeys(store, keys.subspan(half), value);
 }
 
 }  // namespace choir::transport

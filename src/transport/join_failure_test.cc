@@ -15,7 +15,10 @@ namespace {
 // Counts the requests that reach a memory store.
 class CountingStore : public Store {
  public:
-  Status Set(const std::string& k, const std::string& v) override { return base_->Set(k, v); }
+  Status Set(const std::string& k, const std::string& v) override {
+    ++sets;
+    return base_->Set(k, v);
+  }
   Result<std::string> Get(const std::string& k) override { return base_->Get(k); }
   Result<int64_t> Add(const std::string& k, int64_t d) override { return base_->Add(k, d); }
   Result<std::string> CompareSet(const std::string& k, const std::string& e, const std::string& d) override {
@@ -28,7 +31,7 @@ class CountingStore : public Store {
     ++checks;
     return base_->Check(keys);
   }
-  std::atomic<int> checks{0}, compare_sets{0};
+  std::atomic<int> checks{0}, compare_sets{0}, sets{0};
 
  private:
   std::shared_ptr<Store> base_ = NewMemoryStore();
@@ -40,18 +43,32 @@ std::vector<std::string> Keys(int n) {
   return keys;
 }
 
+JoinFailure Sample() {
+  JoinFailure f;
+  f.rank = 3;
+  f.pid = getpid();
+  f.host = "node7";
+  f.where = "boot/net:[4026531840]";
+  f.at_ns = NowNanos();
+  f.error = "E105 InvalidSetting: CHOIR_TRANSPORT=pigeon";
+  return f;
+}
+
 TEST(JoinFailureTest, ValuesRoundTripAndOrdinaryValuesAreNotFailures) {
-  const std::string v = JoinFailureValue(3, Status(Code::kInvalidSetting, "CHOIR_TRANSPORT=pigeon"));
+  const JoinFailure sample = Sample();
+  const std::string v = JoinFailureValue(sample);
   const auto f = ParseJoinFailure(v);
   ASSERT_TRUE(f.has_value()) << v;
   EXPECT_EQ(f->rank, 3);
   EXPECT_EQ(f->pid, getpid());
   EXPECT_EQ(f->error, "E105 InvalidSetting: CHOIR_TRANSPORT=pigeon");
-  EXPECT_GT(f->at_ns, 0);
-  EXPECT_FALSE(f->host.empty());
+  EXPECT_EQ(f->at_ns, sample.at_ns);
+  EXPECT_EQ(f->host, "node7");
+  EXPECT_EQ(f->where, "boot/net:[4026531840]");
+  EXPECT_EQ(f->index, 0);
   const Status s = JoinFailureStatus(*f, "world");
   EXPECT_EQ(s.code(), Code::kRemoteError);
-  EXPECT_EQ(s.message().rfind("rank 3 (pid " + std::to_string(getpid()) + " on ", 0), 0u) << s.ToString();
+  EXPECT_EQ(s.message().rfind("rank 3 (pid " + std::to_string(getpid()) + " on node7)", 0), 0u) << s.ToString();
   EXPECT_NE(s.message().find("could not join communicator 'world': E105 InvalidSetting: CHOIR_TRANSPORT=pigeon"),
             std::string::npos)
       << s.ToString();
@@ -65,6 +82,18 @@ TEST(JoinFailureTest, ValuesRoundTripAndOrdinaryValuesAreNotFailures) {
   ASSERT_TRUE(damaged.has_value());
   EXPECT_EQ(damaged->rank, -1);
   EXPECT_NE(damaged->error.find("unreadable"), std::string::npos) << damaged->error;
+  // A short value points to the whole one; a long error is cut.
+  JoinFailure pointer = Sample();
+  pointer.error.clear();
+  pointer.index = 12;
+  const auto p = ParseJoinFailure(JoinFailureValue(pointer));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->index, 12);
+  EXPECT_TRUE(p->error.empty());
+  EXPECT_NE(JoinFailureStatus(*p, "w").message().find("(its error was not kept)"), std::string::npos);
+  JoinFailure long_one = Sample();
+  long_one.error = std::string(5000, 'x');
+  EXPECT_EQ(ParseJoinFailure(JoinFailureValue(long_one))->error.size(), 2003u);
   // Wrong field types are ignored, not thrown on.
   const auto typed = ParseJoinFailure("choir-join-failed {\"rank\": [1], \"pid\": \"p\", \"error\": 5}");
   ASSERT_TRUE(typed.has_value());
@@ -73,14 +102,15 @@ TEST(JoinFailureTest, ValuesRoundTripAndOrdinaryValuesAreNotFailures) {
 }
 
 TEST(JoinFailureTest, OwnEarlierFailureIsThisProcessThisRankBeforeThisTry) {
-  const auto f = ParseJoinFailure(JoinFailureValue(2, Status(Code::kInvalidRank, "x")));
-  ASSERT_TRUE(f.has_value());
-  EXPECT_TRUE(IsOwnEarlierFailure(*f, 2, NowNanos() + 1));
-  EXPECT_FALSE(IsOwnEarlierFailure(*f, 1, NowNanos() + 1));  // another rank's
-  EXPECT_FALSE(IsOwnEarlierFailure(*f, 2, f->at_ns));        // made during this try: a twin's
-  JoinFailure other = *f;
-  other.pid = f->pid + 1;
-  EXPECT_FALSE(IsOwnEarlierFailure(other, 2, NowNanos() + 1));  // another process's
+  const JoinFailure f = Sample();
+  const std::string here = f.where;
+  EXPECT_TRUE(IsOwnEarlierFailure(f, 3, here, NowNanos() + 1));
+  EXPECT_FALSE(IsOwnEarlierFailure(f, 1, here, NowNanos() + 1));  // another rank's
+  EXPECT_FALSE(IsOwnEarlierFailure(f, 3, here, f.at_ns));        // made during this try: a twin's
+  EXPECT_FALSE(IsOwnEarlierFailure(f, 3, "other-boot/net:[1]", NowNanos() + 1));  // the same pid elsewhere
+  JoinFailure other = f;
+  other.pid = f.pid + 1;
+  EXPECT_FALSE(IsOwnEarlierFailure(other, 3, here, NowNanos() + 1));  // another process's
 }
 
 TEST(JoinFailureTest, FillMissingKeysFillsOnlyWhatIsMissingWithFewRequests) {
@@ -91,11 +121,12 @@ TEST(JoinFailureTest, FillMissingKeysFillsOnlyWhatIsMissingWithFewRequests) {
       ASSERT_TRUE(store.Set(keys[static_cast<size_t>(i)], "real").ok());
     }
   }
+  store.sets = 0;
   ASSERT_TRUE(FillMissingKeys(store, keys, "failed").ok());
   EXPECT_EQ(*store.Get("hello/17"), "failed");
   EXPECT_EQ(*store.Get("hello/600"), "failed");
   EXPECT_EQ(*store.Get("hello/18"), "real");
-  EXPECT_EQ(store.compare_sets.load(), 2);
+  EXPECT_EQ(store.sets.load(), 2);
   EXPECT_LE(store.checks.load(), 4 * 10 + 1);  // two paths down a tree of depth 10
   // Everything there: one Check.
   store.checks = 0;
