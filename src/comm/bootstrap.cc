@@ -369,12 +369,16 @@ void ReportJoinFailure(const std::shared_ptr<Store>& store, const std::string& n
     const std::string full = transport::JoinFailureValue(failure);
     CHOIR_RETURN_IF_ERROR(store->Set(FailureRecordKey(name, failure.index), full));
     if (hello_published) {
-      // Only this rank writes these keys: Set, which wakes every store's waiters.
+      // Only this rank writes its own keys: where they are missing, Set,
+      // which wakes every store's waiters; a value it published already
+      // stands (peers that read it go on to their own checks).
       auto scoped = NewPrefixStore("choir/" + name + "#" + std::to_string(incarnation), store);
-      for (const std::string& key :
-           {"shm/" + std::to_string(rank), "ready/" + std::to_string(rank), std::string(transport::kJoinFailedKey)}) {
-        CHOIR_RETURN_IF_ERROR(scoped->Set(key, full));
+      for (const std::string& key : {"shm/" + std::to_string(rank), "ready/" + std::to_string(rank)}) {
+        CHOIR_ASSIGN_OR_RETURN(const bool there, scoped->Check({key}));
+        if (!there) CHOIR_RETURN_IF_ERROR(scoped->Set(key, full));
       }
+      CHOIR_ASSIGN_OR_RETURN(const bool told, scoped->Check({transport::kJoinFailedKey}));
+      if (!told) CHOIR_RETURN_IF_ERROR(scoped->Set(transport::kJoinFailedKey, full));
       return Status::Ok();
     }
     if (size > kMaxFilledWorld) return Status::Ok();
@@ -662,9 +666,12 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   co.watch = [scoped, name = config.name] { return CheckJoinFailed(*scoped, name); };
   auto endpoint = transport::ConnectPeers(*scoped, rank, peers, std::move(listener), co);
   if (!endpoint.ok()) {
-    // A peer that failed may have closed its connection first (PeerLost, a
-    // refused handshake): its own failure explains more.
-    if (Status told = CheckJoinFailed(*scoped, config.name); !told.ok()) return told;
+    // Waiting for a peer that failed can end in its closed connection or
+    // listener first (PeerLost, refused, timed out): its failure explains
+    // more. An error of this rank's own stands.
+    if (!IsJoinFailureToReport(endpoint.status())) {
+      if (Status told = CheckJoinFailed(*scoped, config.name); !told.ok()) return told;
+    }
     return endpoint.status();
   }
 
