@@ -147,11 +147,7 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
     // A collective never starts with a point-to-point message half-moved on
     // a channel it uses.
     if (!p2p_ops_.empty()) {
-      Status p = DriveP2P(Drive::kAll, nullptr, deadline);
-      // A receive that finished with an error (a message of another length)
-      // failed the communicator without failing the drive.
-      if (p.ok()) p = sticky();
-      if (!p.ok()) {
+      if (Status p = DriveP2P(Drive::kAll, nullptr, deadline); !p.ok()) {
         s = Status(p.code(), fmt::format("rank {}: {}: a send or receive this rank posted before it did not finish: {}",
                                          rank_, algorithms::CollKindName(args.kind), p.message()));
       }

@@ -140,7 +140,8 @@ class CommImpl {
   void PostPointToPoint(algorithms::OpArgs& args, Deadline deadline, int64_t t0, int64_t posted_ns,
                         const std::shared_ptr<Work::State>& state);
   // Settles the operations whose transfers finished; on an error (or a
-  // communicator that already failed) every pending one with it. `cap`
+  // communicator that already failed) every pending one with it, and
+  // returns the first error, a settled one's included. `cap`
   // bounds the wait besides the operations' own deadlines. On the caller's
   // thread of an inline operation (inline_exec_) only `own` completes at
   // once; the others are settled by the background task, so that no Then()
@@ -148,7 +149,10 @@ class CommImpl {
   // collective call (a torch future callback that issues an operation would
   // wait for itself). A thread waiting in Work::Wait may run them.
   Status DriveP2P(Drive how, const Work::State* own = nullptr, Deadline cap = Deadline::Infinite());
-  void SettleP2P(PendingP2P& op, const transport::Xfer& x, Status s, const Work::State* own);
+  // Completes `op` (now, or in the background task: see DriveP2P) with `s`,
+  // or with E107 for a message of another length, which also fails the
+  // communicator; returns what it completed with.
+  Status SettleP2P(PendingP2P& op, const transport::Xfer& x, Status s, const Work::State* own);
   void FinishP2P(PendingP2P& op, Status s, int source_rank);
   void FailPendingP2P(const Status& s, const Work::State* own);
   void ScheduleP2PProgress();

@@ -2,7 +2,6 @@
 // that can be checked locally, and hands the operation to CommImpl.
 #include "choir/communicator.h"
 
-#include <limits>
 #include <fmt/format.h>
 
 #include <cstdint>

@@ -97,8 +97,8 @@ void Engine::Help(const std::function<bool()>& done) {
     }
     // A task runs on another thread: ask it to give the engine back, then
     // wait for the engine, briefly by polling (a point-to-point drive gives
-    // it back within microseconds), then on the condition (Release notifies
-    // while helpers wait).
+    // it back as soon as it sees the request), then on the condition
+    // (Release and NotifyHelpers notify while helpers wait).
     waiting_helpers_.fetch_add(1, std::memory_order_seq_cst);
     if (wake_) wake_();  // under mu_: after Drain() nothing is busy, so a destroyed owner is never called
     lock.unlock();

@@ -56,18 +56,17 @@ Status CommImpl::DriveP2P(Drive how, const Work::State* own, Deadline cap) {
     if (engine_->has_queued() || closing_.load(std::memory_order_seq_cst)) return true;
     return Engine::OnHelperThread() ? Engine::HelperDone() : engine_->helpers_waiting();
   };
-  Status result;
+  Status result;  // the first error
   while (!p2p_ops_.empty()) {
-    if (closing_.load(std::memory_order_seq_cst)) {
-      result = Closing();
-      FailPendingP2P(result, own);
-      break;
-    }
-    // A communicator that failed (a local error, a collective's timeout)
-    // moves nothing more: its pending operations fail with that error.
-    if (Status failed = sticky(); !failed.ok()) {
-      result = Status(failed.code(), "this communicator already failed: " + failed.message());
-      FailPendingP2P(result, own);
+    // A communicator being destroyed, or one that failed (a local error, a
+    // collective's timeout, a receive settled below) moves nothing more: its
+    // pending operations fail with that error.
+    const bool closing = closing_.load(std::memory_order_seq_cst);
+    Status stop = closing ? Closing() : sticky();
+    if (!stop.ok()) {
+      if (!closing) stop = Status(stop.code(), "this communicator already failed: " + stop.message());
+      FailPendingP2P(stop, own);
+      if (result.ok()) result = stop;
       break;
     }
     transport::RunHooks hooks;
@@ -92,7 +91,8 @@ Status CommImpl::DriveP2P(Drive how, const Work::State* own, Deadline cap) {
     size_t kept = 0;
     for (size_t i = 0; i < p2p_ops_.size(); ++i) {
       if (p2p_xfers_[i].complete) {
-        SettleP2P(p2p_ops_[i], p2p_xfers_[i], Status::Ok(), own);
+        const Status settled = SettleP2P(p2p_ops_[i], p2p_xfers_[i], Status::Ok(), own);
+        if (!settled.ok() && result.ok()) result = settled;
         finished = true;
         continue;
       }
@@ -115,7 +115,7 @@ Status CommImpl::DriveP2P(Drive how, const Work::State* own, Deadline cap) {
   return result;
 }
 
-void CommImpl::SettleP2P(PendingP2P& op, const transport::Xfer& x, Status s, const Work::State* own) {
+Status CommImpl::SettleP2P(PendingP2P& op, const transport::Xfer& x, Status s, const Work::State* own) {
   int source = -1;
   if (s.ok() && op.args.kind == CollKind::kRecv) {
     source = x.matched_peer;
@@ -126,11 +126,13 @@ void CommImpl::SettleP2P(PendingP2P& op, const transport::Xfer& x, Status s, con
       Fail(s, !abort_called_.load());  // the next drive fails the other pending operations
     }
   }
+  const Status result = s;
   if (inline_exec_ && op.state.get() != own) {
     p2p_settled_.push_back(SettledP2P{std::move(op), std::move(s), source});
-    return;
+  } else {
+    FinishP2P(op, std::move(s), source);
   }
-  FinishP2P(op, std::move(s), source);
+  return result;
 }
 
 void CommImpl::FinishP2P(PendingP2P& op, Status s, int source_rank) {
@@ -154,9 +156,9 @@ void CommImpl::FailPendingP2P(const Status& s, const Work::State* own) {
   for (size_t i = 0; i < p2p_ops_.size(); ++i) {
     // A transfer that finished in the pass that failed keeps its result.
     if (p2p_xfers_[i].complete) {
-      SettleP2P(p2p_ops_[i], p2p_xfers_[i], Status::Ok(), own);
+      (void)SettleP2P(p2p_ops_[i], p2p_xfers_[i], Status::Ok(), own);
     } else {
-      SettleP2P(p2p_ops_[i], p2p_xfers_[i], s.WithContext(DescribeP2P(rank_, p2p_ops_[i].args)), own);
+      (void)SettleP2P(p2p_ops_[i], p2p_xfers_[i], s.WithContext(DescribeP2P(rank_, p2p_ops_[i].args)), own);
     }
   }
   p2p_xfers_.clear();

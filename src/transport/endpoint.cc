@@ -421,6 +421,26 @@ void Endpoint::WaitTcp(const RunHooks& hooks, bool shm_pending) {
   }
 }
 
+namespace {
+
+// A point-to-point receive (several may be open per peer, from any source too).
+bool IsP2PRecv(const Xfer& x) {
+  return x.dir == Xfer::Dir::kRecv && x.header.kind == static_cast<uint32_t>(MsgKind::kP2P);
+}
+
+// Whether open receive `y` waits for messages with `x`'s tag.
+bool OpenWithTagOf(const Xfer& y, const Xfer& x) {
+  return !y.complete && y.dir == Xfer::Dir::kRecv && y.header.kind == x.header.kind && y.header.seq == x.header.seq;
+}
+
+// Marks the channel receive `x` is halfway through a message on as its own.
+void MarkMidMessage(const Xfer& x, std::vector<uint8_t>& mid_message) {
+  const int from = x.peer >= 0 ? x.peer : x.matched_peer;
+  if (from >= 0) mid_message[static_cast<size_t>(from)] = 1;
+}
+
+}  // namespace
+
 bool Endpoint::P2PReceiveMayMove(std::span<const Xfer> xfers, size_t i, const std::vector<uint8_t>& mid_message,
                                   std::vector<uint8_t>& skip) {
   const Xfer& x = xfers[i];
@@ -433,10 +453,7 @@ bool Endpoint::P2PReceiveMayMove(std::span<const Xfer> xfers, size_t i, const st
     // receives in the order they were posted.
     for (size_t j = 0; j < i; ++j) {
       const Xfer& y = xfers[j];
-      if (y.complete || y.dir != Xfer::Dir::kRecv || y.header.kind != x.header.kind || y.header.seq != x.header.seq) {
-        continue;
-      }
-      if (y.peer < 0 || y.peer == x.peer) return false;
+      if (OpenWithTagOf(y, x) && (y.peer < 0 || y.peer == x.peer)) return false;
     }
     return true;
   }
@@ -447,9 +464,7 @@ bool Endpoint::P2PReceiveMayMove(std::span<const Xfer> xfers, size_t i, const st
   skip.assign(mid_message.begin(), mid_message.end());
   for (size_t j = 0; j < i; ++j) {
     const Xfer& y = xfers[j];
-    if (y.complete || y.dir != Xfer::Dir::kRecv || y.header.kind != x.header.kind || y.header.seq != x.header.seq) {
-      continue;
-    }
+    if (!OpenWithTagOf(y, x)) continue;
     if (y.peer < 0) return false;
     skip[static_cast<size_t>(y.peer)] = 1;
   }
@@ -474,7 +489,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
   // source too): which ones moved in the last pass, and per peer whether one
   // is halfway through a message (its channel then belongs to it).
   bool p2p_recvs = false;
-  for (const Xfer& x : xfers) p2p_recvs |= x.dir == Xfer::Dir::kRecv && x.header.kind == static_cast<uint32_t>(MsgKind::kP2P);
+  for (const Xfer& x : xfers) p2p_recvs |= IsP2PRecv(x);
   std::vector<int>& p2p_moved = run_p2p_moved_;
   std::vector<uint8_t>& mid_message = run_mid_message_;
   std::vector<uint8_t>& skip = run_any_skip_;
@@ -490,9 +505,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
       p2p_moved.clear();
       mid_message.assign(static_cast<size_t>(size_), 0);
       for (const Xfer& x : xfers) {
-        if (x.dir != Xfer::Dir::kRecv || x.complete || !x.header_done) continue;
-        const int from = x.peer >= 0 ? x.peer : x.matched_peer;
-        if (from >= 0) mid_message[static_cast<size_t>(from)] = 1;
+        if (x.dir == Xfer::Dir::kRecv && !x.complete && x.header_done) MarkMidMessage(x, mid_message);
       }
     }
     for (size_t i = 0; i < xfers.size(); ++i) {
@@ -500,7 +513,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
       if (x.complete) continue;
       all_done = false;
       const uint8_t* any_skip = nullptr;
-      if (x.dir == Xfer::Dir::kRecv && x.header.kind == static_cast<uint32_t>(MsgKind::kP2P)) {
+      if (IsP2PRecv(x)) {
         if (!P2PReceiveMayMove(xfers, i, mid_message, skip)) continue;
         if (x.peer < 0) any_skip = skip.data();
         p2p_moved.push_back(static_cast<int>(i));
@@ -519,9 +532,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
       auto r = Step(x, hooks, any_skip);
       if (!r.ok()) return Explain(r.status());
       if (p2p_recvs && x.dir == Xfer::Dir::kRecv && x.header_done && !x.complete) {
-        // Its channel is its own until the message ends (later receives see it in this pass).
-        const int from = x.peer >= 0 ? x.peer : x.matched_peer;
-        if (from >= 0) mid_message[static_cast<size_t>(from)] = 1;
+        MarkMidMessage(x, mid_message);  // later receives of this pass see it
       }
       if (*r) {
         progressed = true;
@@ -584,7 +595,7 @@ Status Endpoint::Run(std::span<Xfer> xfers, const RunHooks& hooks) {
         Xfer& x = xfers[i];
         if (x.complete) continue;
         const uint8_t* any_skip = nullptr;
-        if (x.dir == Xfer::Dir::kRecv && x.header.kind == static_cast<uint32_t>(MsgKind::kP2P)) {
+        if (IsP2PRecv(x)) {
           if (std::find(p2p_moved.begin(), p2p_moved.end(), static_cast<int>(i)) == p2p_moved.end()) continue;
           if (!P2PReceiveMayMove(xfers, i, mid_message, skip)) continue;
           if (x.peer < 0) any_skip = skip.data();

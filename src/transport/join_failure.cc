@@ -59,10 +59,13 @@ std::optional<JoinFailure> ParseJoinFailure(const std::string& value) {
   return f;
 }
 
+std::string JoinFailureWho(const JoinFailure& failure) {
+  return fmt::format("rank {} (pid {}{})", failure.rank, failure.pid, failure.host.empty() ? "" : " on " + failure.host);
+}
+
 Status JoinFailureStatus(const JoinFailure& failure, const std::string& comm_name) {
   return Status(Code::kRemoteError,
-                fmt::format("rank {} (pid {}{}) could not join communicator '{}': {}", failure.rank, failure.pid,
-                            failure.host.empty() ? "" : " on " + failure.host, comm_name,
+                fmt::format("{} could not join communicator '{}': {}", JoinFailureWho(failure), comm_name,
                             failure.error.empty() ? std::string("(its error was not kept)") : failure.error));
 }
 

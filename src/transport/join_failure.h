@@ -51,6 +51,9 @@ std::string JoinFailureValue(const JoinFailure& failure);
 // may wait on), with the value in its error.
 std::optional<JoinFailure> ParseJoinFailure(const std::string& value);
 
+// "rank R (pid P on HOST)": who failed, for messages.
+std::string JoinFailureWho(const JoinFailure& failure);
+
 // E403 RemoteError naming the failed rank, its process and host, and its error.
 Status JoinFailureStatus(const JoinFailure& failure, const std::string& comm_name);
 

@@ -1,0 +1,53 @@
+// What Create does with a failure to join, and how it reads the failures
+// of others (the values and the key filling: transport/join_failure.h; the
+// keys: docs/protocols.md, "Joining a communicator").
+//
+// Thread-safety: the functions keep no state; the stores must be thread-safe.
+#ifndef CHOIR_COMM_JOIN_REPORTS_H_
+#define CHOIR_COMM_JOIN_REPORTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/clock.h"
+#include "choir/status.h"
+#include "choir/store.h"
+
+namespace choir::comm {
+
+// Whether a failure of Create is this rank's own and worth telling the
+// others: not a store that does not answer or is inconsistent, nor a wait
+// for peers (timeouts, refused or lost peers), nor another rank's failure.
+bool IsJoinFailureToReport(const Status& s);
+
+// Leaves `error` of `rank` where the other ranks of communicator `name`
+// (world `size`) wait. `position`: the ranks of the name joined before this
+// one (the counter's value if it never joined); `twice`: another process
+// had claimed the rank; `hello_published`: its hello is in the store.
+// `host` and `where` (kernel and network namespace) identify the process.
+// Best effort: a store error is logged.
+void ReportJoinFailure(const std::shared_ptr<Store>& store, const std::string& name, int size, int64_t position,
+                       int rank, const Status& error, bool twice, bool hello_published, const std::string& host,
+                       const std::string& where);
+
+// For a timeout naming the ranks that never joined: what the last processes
+// that could not join `name` said ("" when none did).
+std::string RecentJoinFailures(Store& store, const std::string& name);
+
+// The failure a peer left in the incarnation's `failed` key (`scoped` is the
+// incarnation's store), for waits on TCP connections; OK when there is none.
+// Advisory: a store error is no failure here.
+Status CheckJoinFailed(Store& scoped, const std::string& name);
+
+// Reads rank r's hello for `rank`. A failure value there is a failure of the
+// job (E403), unless it was left by a try that failed and has since joined
+// (this process's own earlier try, begun before `join_start`, or a retry of
+// the failed rank): then it waits for the real hello, and stops with E403 if
+// rank r reports a failure meanwhile.
+Result<std::string> ReadHello(Store& root, Store& scoped, const std::string& name, int size, int rank, int r,
+                              const std::string& where, int64_t join_start, Deadline deadline, double timeout_s);
+
+}  // namespace choir::comm
+
+#endif  // CHOIR_COMM_JOIN_REPORTS_H_
