@@ -2,7 +2,8 @@
 //
 // While a communicator forms, its ranks wait for each other's keys in the
 // store (hello/R, then shm/R and ready/R) and for each other's TCP
-// connections (comm/bootstrap.cc, transport/connect.cc). A rank that cannot
+// connections (comm/bootstrap.cc, transport/connect.cc; what is reported and
+// how it is read: comm/join_reports.h). A rank that cannot
 // join (a rank outside the world, a refused setting, a rank given twice, no
 // room for its shared memory) fills the keys the others still wait for with
 // a failure value naming it and its error, so that their waits end at once
