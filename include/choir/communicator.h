@@ -91,6 +91,14 @@ class Work {
   // It may issue new operations. An exception from a callback on the completing
   // thread is logged and dropped.
   void Then(std::function<void(const Status&)> callback) const;
+  // Starts a queued operation on the communicator's progress thread now. A
+  // rank whose threads share one CPU (bound to one core, or oversubscribed)
+  // otherwise leaves a queued operation for up to a millisecond to a caller
+  // that may Wait() for it and so run it on its own thread, which saves the
+  // two context switches of a hand-off. Call it when the result will be
+  // taken through Then() or polled with Done(); WaitFor() does it itself.
+  // Does nothing for an operation that is done, running, or ran inline.
+  void Start() const;
 
   struct State;
   explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}

@@ -94,7 +94,8 @@ struct TcpStoreClientOptions {
 // threads using the same client queue behind it (use a second client to Set
 // while waiting). A refused handshake reports the server's code (JobMismatch,
 // VersionMismatch); a server that cannot be reached gives StoreUnreachable, one
-// that stops answering StoreTimeout, one that goes away PeerLost. After such a
+// that never answers the handshake ConnectTimeout, one that stops answering
+// later StoreTimeout, one that goes away PeerLost. After such a
 // connection failure the client does not reconnect (a retried Add could apply
 // twice): later calls fail at once with StoreUnreachable. Protocol:
 // docs/protocols.md, "Rendezvous store protocol".

@@ -553,6 +553,8 @@ std::vector<at::Tensor> ChoirWork::result() { return outputs_; }
 bool ChoirWork::wait(std::chrono::milliseconds timeout) {
   if (timeout == kNoTimeout) {
     for (const choir::Work& w : issued_) (void)w.Wait();  // outcomes arrive through Finish()
+  } else {
+    for (const choir::Work& w : issued_) w.Start();  // this thread will not run them
   }
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == kNoTimeout) {
@@ -581,6 +583,8 @@ void CompleteFuture(c10::ivalue::Future& future, const std::exception_ptr& error
 }  // namespace
 
 c10::intrusive_ptr<c10::ivalue::Future> ChoirWork::getFuture() {
+  // Whoever waits on the future (DDP's reducer) does not run the operations.
+  for (const choir::Work& w : issued_) w.Start();
   std::lock_guard<std::mutex> lock(mutex_);
   if (!future_) {
     future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));

@@ -104,6 +104,18 @@ std::string PeerAddress(int fd) {
   return FormatAddress(addr);
 }
 
+namespace {
+// "the connection to 10.0.0.2:5000", or, once the kernel has forgotten the
+// peer of a reset connection, the local end ("the connection from
+// 10.0.0.1:41234"): callers add which peer that is.
+std::string ConnectionName(int fd) {
+  const std::string peer = PeerAddress(fd);
+  if (peer != "?") return "the connection to " + peer;
+  const std::string local = LocalAddress(fd);
+  return local != "?" ? "the connection from " + local : "the connection";
+}
+}  // namespace
+
 Result<Fd> Connect(const std::string& host, int port, Deadline deadline) {
   CHOIR_ASSIGN_OR_RETURN(sockaddr_in addr, Resolve(host, port));
   const std::string where = FormatAddress(addr);
@@ -205,15 +217,15 @@ Status WriteFull(int fd, const void* data, size_t len, Deadline deadline, Code t
       pollfd pf{fd, POLLOUT, 0};
       const int rc = poll(&pf, 1, deadline.PollTimeoutMs(1000));
       if (rc == 0 && deadline.Expired()) {
-        return Status(timeout_code, "sending to " + PeerAddress(fd) + " did not finish before the deadline");
+        return Status(timeout_code, "sending on " + ConnectionName(fd) + " did not finish before the deadline");
       }
       continue;
     }
     const int err = errno;
     if (err == EPIPE || err == ECONNRESET) {
-      return Status(Code::kPeerLost, "connection to " + PeerAddress(fd) + " closed while sending");
+      return Status(Code::kPeerLost, ConnectionName(fd) + " was closed while sending");
     }
-    return ErrnoError(Code::kSocketError, err, "send() to " + PeerAddress(fd));
+    return ErrnoError(Code::kSocketError, err, "send() on " + ConnectionName(fd));
   }
   return Status::Ok();
 }
@@ -228,22 +240,22 @@ Status ReadFull(int fd, void* data, size_t len, Deadline deadline, Code timeout_
       continue;
     }
     if (n == 0) {
-      return Status(Code::kPeerLost, "connection to " + PeerAddress(fd) + " closed by the other side");
+      return Status(Code::kPeerLost, ConnectionName(fd) + " was closed by the other side");
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       pollfd pf{fd, POLLIN, 0};
       const int rc = poll(&pf, 1, deadline.PollTimeoutMs(1000));
       if (rc == 0 && deadline.Expired()) {
-        return Status(timeout_code, "no answer from " + PeerAddress(fd) + " before the deadline");
+        return Status(timeout_code, "no answer on " + ConnectionName(fd) + " before the deadline");
       }
       continue;
     }
     const int err = errno;
     if (err == ECONNRESET) {
-      return Status(Code::kPeerLost, "connection to " + PeerAddress(fd) + " reset by the other side");
+      return Status(Code::kPeerLost, ConnectionName(fd) + " was reset by the other side");
     }
-    return ErrnoError(Code::kSocketError, err, "recv() from " + PeerAddress(fd));
+    return ErrnoError(Code::kSocketError, err, "recv() on " + ConnectionName(fd));
   }
   return Status::Ok();
 }

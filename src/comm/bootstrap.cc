@@ -505,10 +505,20 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   impl->engine_->set_wake([raw = impl.get()] {
     if (raw->p2p_pending_.load(std::memory_order_seq_cst)) raw->endpoint_->Wake();
   });
+  // A rank bound to one CPU (as `choir run` binds ranks when there are
+  // cores for them all), or one of ranks that outnumber the cores, has no
+  // core for its progress thread: that thread's hand-offs cost two context
+  // switches on the caller's own CPU, so a caller that waits runs its
+  // operation itself (comm/engine.h).
+  std::vector<int> my_cpus;
+  const bool one_cpu = topology::AffinityCpus(&my_cpus) && my_cpus.size() == 1;
+  impl->engine_->set_shares_cpu(one_cpu || oversubscribed);
   CHOIR_RETURN_IF_ERROR(diag::EnsureMetricsEndpoint({impl->config_.job_id, rank, size, impl->config_.host_id}));
   CHOIR_LOG(Info, INIT, "rank {}/{} joined '{}' in {:.1f} ms ({} local ranks, {} hosts, topology {}{})", rank,
             size, impl->config_.uid, static_cast<double>(NowNanos() - start) / 1e6, local_cpus.size(),
-            impl->layout_.num_hosts(), where.source, oversubscribed ? ", oversubscribed: no spinning" : "");
+            impl->layout_.num_hosts(), where.source,
+            oversubscribed ? ", oversubscribed: no spinning"
+                           : (one_cpu ? ", one CPU: queued operations wait for their caller" : ""));
   return impl;
 }
 

@@ -88,6 +88,10 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
   // A thread that waits for this operation before the progress thread took
   // it runs it (and anything queued before it) itself.
   state->help = MakeHelp(state.get());
+  state->start = [engine = std::weak_ptr<Engine>(engine_), generation = fork_generation_] {
+    if (ForkGeneration() != generation) return;  // queued in the parent: MakeHelp's case
+    if (auto e = engine.lock()) e->StartQueued();
+  };
   engine_->Submit([this, args = std::move(args), options, state]() mutable { Execute(args, options, state); },
                   false);
   // A task driving pending point-to-point transfers may sleep in the

@@ -2,6 +2,7 @@
 // correctness on both transports, and every failure path ending in its
 // numbered error instead of a hang.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1149,6 +1150,53 @@ TEST(CommTest, AsyncOperationsCompleteInOrder) {
     }
     return Status::Ok();
   });
+  ExpectAllOk(results);
+}
+
+// Ranks whose threads may run on one CPU only (as `choir run` binds them)
+// leave a queued operation to a caller that waits for it (comm/engine.h).
+// Every way of waiting must still get each operation done, in order: Wait(),
+// WaitFor() (which starts it on the progress thread), and Then() or Done()
+// after Start(), and without Start() too (the progress thread takes it after
+// its delay). The rank threads inherit this thread's one-CPU affinity.
+TEST(CommTest, RanksOnOneCpuFinishQueuedOperationsHoweverTheyAreAwaited) {
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    constexpr size_t kCount = 1 << 18;  // 1 MiB: above CHOIR_ASYNC_BYTES, queued
+    for (int way = 0; way < 5; ++way) {
+      for (int round = 0; round < 20; ++round) {
+        std::vector<int32_t> buf(kCount, comm.rank() + round);
+        Work w = comm.Allreduce(buf.data(), buf.data(), kCount, DataType::kInt32, ReduceOp::kSum);
+        std::atomic<bool> called{false};
+        Status s;
+        if (way == 0) s = w.Wait();
+        if (way == 1) s = w.WaitFor(20s);
+        if (way == 2 || way == 3) {
+          w.Then([&](const Status&) { called = true; });
+          if (way == 2) w.Start();
+          while (!called) std::this_thread::sleep_for(50us);
+          s = w.status();
+        }
+        if (way == 4) {
+          while (!w.Done()) std::this_thread::sleep_for(50us);
+          s = w.status();
+        }
+        CHOIR_RETURN_IF_ERROR(s);
+        const int32_t want = 2 * round + 1;
+        if (buf[0] != want || buf[kCount - 1] != want) {
+          return Status(Code::kInternal, "way " + std::to_string(way) + " round " + std::to_string(round) +
+                                             ": got " + std::to_string(buf[0]) + ", want " + std::to_string(want));
+        }
+      }
+    }
+    return Status::Ok();
+  });
+  ASSERT_EQ(sched_setaffinity(0, sizeof(before), &before), 0);
   ExpectAllOk(results);
 }
 

@@ -60,6 +60,24 @@ void Engine::Submit(Task task, bool may_run_inline) {
   queue_.push_back(std::move(task));
   queued_.store(queue_.size(), std::memory_order_seq_cst);
   if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+  if (!shares_cpu_) {
+    cv_.notify_all();
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (queue_.size() == 1) queued_since_ = now;
+  last_submit_ = now;
+  // On its timer the progress thread finds the operation itself; a wake-up
+  // would switch this CPU over to it at once.
+  if (!on_timer_) cv_.notify_all();
+}
+
+void Engine::StartQueued() {
+  if (!shares_cpu_) return;  // the progress thread was woken when they were queued
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto due = std::chrono::steady_clock::now() - kPickupDelay;
+  if (queue_.empty() || queued_since_ <= due) return;
+  queued_since_ = due;
   cv_.notify_all();
 }
 
@@ -102,8 +120,10 @@ void Engine::Help(const std::function<bool()>& done) {
     waiting_helpers_.fetch_add(1, std::memory_order_seq_cst);
     if (wake_) wake_();  // under mu_: after Drain() nothing is busy, so a destroyed owner is never called
     lock.unlock();
+    // Sharing its CPU, the task runs only when this thread gives it up.
+    const int spins = shares_cpu_ ? 0 : 100;
     for (int i = 0; i < 2000 && busy_.load(std::memory_order_seq_cst) && !done(); ++i) {
-      if (i < 100) {
+      if (i < spins) {
         for (int k = 0; k < 16; ++k) __builtin_ia32_pause();
       } else {
         sched_yield();
@@ -134,9 +154,13 @@ void Engine::Loop() {
   while (true) {
     // While threads wait in Help() they run the queue themselves.
     const bool idle = !busy_.load(std::memory_order_seq_cst) && helpers_.load(std::memory_order_seq_cst) == 0;
-    if (idle && RunOldest(lock)) continue;
-    if (stop_) return;  // queue empty, or an inline operation runs: the destructor runs the rest
     const auto now = Clock::now();
+    // With a deferred pickup, a queued operation waits a little for its
+    // caller (set_shares_cpu), unless the engine stops or drains.
+    const bool pickup = !shares_cpu_ || stop_ || draining_.load(std::memory_order_seq_cst) != 0 ||
+                        now >= queued_since_ + kPickupDelay;
+    if (idle && pickup && RunOldest(lock)) continue;
+    if (stop_) return;  // queue empty, or an inline operation runs: the destructor runs the rest
     // The background task only once nobody took it for a while (a thread
     // that waits for a pending operation runs it itself, without a
     // hand-off), or at once when a Drain() waits for it.
@@ -145,12 +169,14 @@ void Engine::Loop() {
       RunBackground(lock);
       continue;
     }
-    // Sleep: on a timer while background work came lately (so that
-    // SubmitBackground need not wake this thread), else until notified.
-    if (background_ || now - last_background_ < kTimerFor) {
+    // Sleep: on a timer while background work or deferred operations came
+    // lately (so that SubmitBackground and Submit need not wake this
+    // thread), else until notified.
+    if (background_ || now - last_background_ < kTimerFor || (shares_cpu_ && now - last_submit_ < kTimerFor)) {
       on_timer_ = true;
       auto until = now + kTimerTick;
       if (idle && background_) until = std::min(until, background_since_ + kBackgroundDelay);
+      if (idle && !queue_.empty()) until = std::min(until, queued_since_ + kPickupDelay);
       cv_.wait_until(lock, until);
     } else {
       on_timer_ = false;

@@ -11,7 +11,9 @@
 // helpers wait, the progress thread leaves the queue to them. One background
 // task (pending point-to-point progress) can wait beside the queue without
 // counting as queued: helpers run it at once, the progress thread only when
-// nobody took it within kBackgroundDelay.
+// nobody took it within kBackgroundDelay. When the progress thread would
+// share the caller's CPU (set_shares_cpu), it also leaves queued operations
+// to a waiting caller for kPickupDelay, and helpers do not spin.
 //
 // Thread-safety: Submit and RunExclusive may be called from any thread.
 #ifndef CHOIR_COMM_ENGINE_H_
@@ -48,6 +50,20 @@ class Engine {
   // thread, helpers_waiting() (the task's own check).
   void SubmitBackground(Task task);
   static constexpr std::chrono::microseconds kBackgroundDelay{200};
+  // For a process whose threads share one CPU (a rank bound to its own core,
+  // or ranks that outnumber the cores): the progress thread takes a queued
+  // operation only kPickupDelay after it was queued, and Submit does not wake
+  // a progress thread that sleeps on its timer. A caller that waits sooner
+  // runs the operation itself, without the two context switches of a
+  // hand-off; one that does not wait finds it started within the delay (or
+  // a timer tick). A thread in Help() then yields at once instead of
+  // spinning. Set before any operation is submitted.
+  void set_shares_cpu(bool shares) { shares_cpu_ = shares; }
+  static constexpr std::chrono::microseconds kPickupDelay{100};
+  // Lets the progress thread take what is queued now, without the pickup
+  // delay: for an operation whose caller will not wait in Help() (it waits
+  // with a timeout, or through a callback or future).
+  void StartQueued();
   // Runs `task` now on this thread if no operation is running or queued and
   // returns true; otherwise returns false without running it.
   bool TryRunExclusive(const Task& task);
@@ -141,6 +157,9 @@ class Engine {
   std::chrono::steady_clock::time_point background_since_;  // guarded by mu_
   std::chrono::steady_clock::time_point last_background_;   // guarded by mu_
   bool on_timer_ = false;             // guarded by mu_: the progress thread sleeps on a timer
+  bool shares_cpu_ = false;           // set before the first Submit
+  std::chrono::steady_clock::time_point queued_since_;  // guarded by mu_: when queue_ last became non-empty
+  std::chrono::steady_clock::time_point last_submit_;   // guarded by mu_
   static constexpr std::chrono::milliseconds kTimerTick{1};
   static constexpr std::chrono::milliseconds kTimerFor{100};
   std::thread thread_;

@@ -198,6 +198,82 @@ TEST(EngineTest, TaskQueuedDuringAnInlineRunStartsWhenItEnds) {
   EXPECT_TRUE(e.TryRunInline([] {}));  // idle again
 }
 
+// Sharing the caller's CPU, the progress thread leaves a queued task alone
+// for kPickupDelay: a caller that waits within it runs the task itself (no
+// hand-off); one that does not wait finds it run on the progress thread, not
+// earlier than the delay. Both without any wake-up from Submit once the
+// thread sleeps on its timer.
+TEST(EngineTest, SharingItsCpuTheEngineLeavesQueuedTasksToAWaitingCaller) {
+  using Clock = std::chrono::steady_clock;
+  Engine e;
+  e.set_shares_cpu(true);
+  int checked = 0;
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<bool> ran{false};
+    std::thread::id ran_on;
+    const auto submitted = Clock::now();
+    e.Submit(
+        [&] {
+          ran_on = std::this_thread::get_id();
+          ran = true;
+        },
+        false);
+    const auto helping = Clock::now();
+    e.Help([&] { return ran.load(); });
+    ASSERT_TRUE(ran);
+    // Only a caller that came within the delay is owed the task.
+    if (helping - submitted < Engine::kPickupDelay) {
+      ++checked;
+      EXPECT_EQ(ran_on, std::this_thread::get_id()) << "round " << round;
+    }
+  }
+  EXPECT_GT(checked, 0) << "no round reached Help() within " << Engine::kPickupDelay.count() << " us of Submit()";
+  for (int round = 0; round < 5; ++round) {
+    std::atomic<bool> ran{false};
+    std::thread::id ran_on;
+    Clock::time_point ran_at;
+    const auto submitted = Clock::now();
+    e.Submit(
+        [&] {
+          ran_at = Clock::now();
+          ran_on = std::this_thread::get_id();
+          ran = true;
+        },
+        false);
+    for (int i = 0; i < 5000 && !ran; ++i) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    ASSERT_TRUE(ran) << "round " << round << ": the progress thread never took the queued task";
+    EXPECT_NE(ran_on, std::this_thread::get_id());
+    EXPECT_GE(ran_at - submitted, Engine::kPickupDelay) << "round " << round;
+  }
+  std::atomic<bool> drained{false};
+  e.Submit([&] { drained = true; }, false);
+  e.Drain();  // runs it without waiting for the delay's end
+  EXPECT_TRUE(drained);
+}
+
+// StartQueued lets the progress thread take a deferred task without the
+// delay: for callers that will not wait in Help() (Work::Start).
+TEST(EngineTest, StartQueuedHandsADeferredTaskToTheProgressThread) {
+  Engine e;
+  e.set_shares_cpu(true);
+  for (int round = 0; round < 5; ++round) {
+    std::atomic<bool> ran{false};
+    std::thread::id ran_on;
+    e.Submit(
+        [&] {
+          ran_on = std::this_thread::get_id();
+          ran = true;
+        },
+        false);
+    e.StartQueued();
+    for (int i = 0; i < 5000 && !ran; ++i) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    ASSERT_TRUE(ran) << "round " << round;
+    EXPECT_NE(ran_on, std::this_thread::get_id());
+  }
+  e.StartQueued();  // nothing queued: nothing happens
+  e.Drain();
+}
+
 TEST(EngineTest, HelpReturnsAtOnceWhenDone) {
   Engine e;
   bool ran = false;

@@ -110,6 +110,7 @@ Status Work::WaitFor(std::chrono::milliseconds timeout) const {
   if (!state_) return Status::Ok();
   if (t_callbacks_state == state_.get()) return state_->status;
   if (WaitWouldDeadlock(*state_)) return WaitInCallback();
+  if (state_->start && !state_->is_done()) state_->start();  // this thread does not run it
   // At most a year: longer limits would overflow the nanosecond arithmetic.
   const auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));
   if (!state_->Block(std::chrono::duration_cast<std::chrono::nanoseconds>(limit), /*forever=*/false)) {
@@ -118,6 +119,10 @@ Status Work::WaitFor(std::chrono::milliseconds timeout) const {
                       " ms (it continues under its own deadline)");
   }
   return state_->status;
+}
+
+void Work::Start() const {
+  if (state_ && state_->start && !state_->is_done()) state_->start();
 }
 
 bool Work::Done() const { return !state_ || state_->is_done(); }

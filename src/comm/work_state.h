@@ -51,6 +51,9 @@ struct Work::State {
   // Set for queued operations: runs queued work on the waiting thread while
   // the engine is idle (Engine::Help). Never called with `mu` held.
   std::function<void()> help;
+  // Set for queued operations: lets the progress thread take them at once
+  // (Engine::StartQueued).
+  std::function<void()> start;
   // The engine that runs this operation (null: none, a test's state). A
   // callback running for one of its operations must not wait for another of
   // them: only that engine's thread would run it.

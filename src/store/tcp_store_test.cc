@@ -285,6 +285,7 @@ TEST(TcpStoreTest, StoppedServerGivesErrorsNotHangs) {
   EXPECT_NE(value.status().message().find("127.0.0.1:" + std::to_string(server->port())),
             std::string::npos)
       << value.status().message();
+  EXPECT_EQ(value.status().message().find('?'), std::string::npos) << value.status().message();
   EXPECT_EQ((*store)->Add("n", 1).status().code(), Code::kStoreUnreachable);
   EXPECT_LT(watch.Elapsed(), milliseconds(1000));
   server->Stop();  // idempotent
@@ -302,6 +303,9 @@ TEST(TcpStoreTest, StoppingTheServerWakesABlockedWait) {
   server.reset();  // the destructor stops the server
   waiter.join();
   EXPECT_EQ(status.code(), Code::kPeerLost) << status.ToString();
+  // Named by the store's address, not by a "?" for a peer the kernel forgot.
+  EXPECT_NE(status.message().find("choir store at 127.0.0.1:"), std::string::npos) << status.message();
+  EXPECT_EQ(status.message().find('?'), std::string::npos) << status.message();
   EXPECT_LT(watch.Elapsed(), milliseconds(1500));
 }
 
