@@ -17,9 +17,11 @@
   X(InvalidArgument, 100, false, "An argument passed to choir is invalid.",                      \
     "A count, size, root, split or option value outside its allowed range.",                    \
     "Read the message: it names the argument and the allowed range; fix the call.")             \
-  X(InvalidWorldSize, 101, false, "The world size is not a positive number.",                    \
-    "WORLD_SIZE unset or <= 0; a launcher that did not export it; a typo in -n.",               \
-    "Start ranks with `choir run -n N` or set WORLD_SIZE to the number of ranks (>= 1).")       \
+  X(InvalidWorldSize, 101, false, "The world size is not a positive number, or ranks disagree on it.", \
+    "WORLD_SIZE unset or <= 0; a launcher that did not export it; a typo in -n; hosts started "  \
+    "with different WORLD_SIZE; a communicator name reused on one store with another size.",     \
+    "Start ranks with `choir run -n N` or give every rank the same WORLD_SIZE (>= 1); the "     \
+    "message names the rank that disagrees. Give a re-created communicator a new name.")        \
   X(InvalidRank, 102, false, "A rank is outside [0, world size).",                               \
     "RANK unset or wrong; a peer rank in Send/Recv/root beyond the communicator size.",         \
     "Use ranks 0..size-1 of the communicator the call is made on.")                             \

@@ -4,6 +4,7 @@
 #ifndef CHOIR_BASE_CLOCK_H_
 #define CHOIR_BASE_CLOCK_H_
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <ctime>
@@ -68,6 +69,12 @@ class Deadline {
     if (infinite()) return INT64_MAX;
     const int64_t left = at_ns_ - NowNanos();
     return left > 0 ? left : 0;
+  }
+  // Milliseconds left for a store wait: at least 1 (0 would not wait at
+  // all), and 100 years, what the stores take for "forever", when infinite.
+  std::chrono::milliseconds RemainingMillis() const {
+    if (infinite()) return std::chrono::hours(24 * 365 * 100);
+    return std::chrono::milliseconds(std::max<int64_t>(1, RemainingNanos() / 1000000));
   }
   // Milliseconds left for poll()/epoll_wait(): -1 when infinite, rounded up otherwise,
   // capped at `cap_ms` so callers wake periodically to check other conditions.

@@ -20,6 +20,7 @@
 #include "choir/version.h"
 #include "comm/comm_impl.h"
 #include "comm/join_reports.h"
+#include "comm/join_sizes.h"
 #include "diag/metrics_endpoint.h"
 #include "params/params.h"
 #include "topology/build.h"
@@ -31,10 +32,6 @@ namespace choir::comm {
 namespace {
 
 using json = nlohmann::json;
-
-std::chrono::milliseconds Remaining(Deadline d) {
-  return std::chrono::milliseconds(std::max<int64_t>(1, d.RemainingNanos() / 1000000));
-}
 
 // A communicator's name prefixes every store key it uses (and its splits').
 constexpr size_t kMaxCommNameBytes = 1024;
@@ -332,8 +329,17 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   }
   // Without a world size there is no telling which keys the others wait for.
   if (size >= 1 && size <= topology::kMaxWorldSize) {
-    ReportJoinFailure(store, name, size, position, rank, made.status(), progress.twice, progress.hello_published,
-                      HostName(), NetworkNamespace());
+    const JoinStanding at{.name = name,
+                          .size = size,
+                          .rank = rank,
+                          .position = position,
+                          .twice = progress.twice,
+                          .hello_published = progress.hello_published,
+                          .other_size = progress.other_size,
+                          .other_incarnation = progress.other_incarnation,
+                          .host = HostName(),
+                          .where = NetworkNamespace()};
+    ReportJoinFailure(store, at, made.status());
   }
   return made;
 }
@@ -360,6 +366,9 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   // Each incarnation of a communicator name gets its own key space.
   CHOIR_ASSIGN_OR_RETURN(int64_t joined, store->Add("choir/" + config.name + "/joined", 1));
   progress->position = joined - 1;
+  // Ranks started with other world sizes would compute other incarnations
+  // and wait for each other until their timeout (comm/join_sizes.h).
+  CHOIR_RETURN_IF_ERROR(PublishJoinSize(*store, config.name, progress->position, rank, size, HostName()));
   config.uid = config.name + "#" + std::to_string((joined - 1) / size);
   auto scoped = NewPrefixStore("choir/" + config.uid, store);
 
@@ -392,6 +401,13 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   }
   CHOIR_RETURN_IF_ERROR(scoped->Set("hello/" + std::to_string(rank), hello_text));
   progress->hello_published = true;
+  JoinSizeConflict conflict;
+  if (Status sized = CheckSizeOfRankBefore(*store, config.name, progress->position, rank, size, deadline, &conflict);
+      !sized.ok()) {
+    progress->other_size = conflict.size;
+    progress->other_incarnation = conflict.incarnation;
+    return sized.WithContext("rank " + std::to_string(rank) + " joining communicator '" + config.name + "'");
+  }
 
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back("hello/" + std::to_string(r));
@@ -400,7 +416,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   Status waited;
   for (size_t first = 0; first < keys.size() && waited.ok(); first += kKeysPerWait) {
     const auto part = std::span(keys).subspan(first, std::min(kKeysPerWait, keys.size() - first));
-    waited = scoped->Wait(std::vector<std::string>(part.begin(), part.end()), Remaining(deadline));
+    waited = scoped->Wait(std::vector<std::string>(part.begin(), part.end()), deadline.RemainingMillis());
   }
   if (!waited.ok() && waited.code() != Code::kStoreTimeout) {
     return waited.WithContext("rank " + std::to_string(rank) + " joining communicator '" + config.name + "'");

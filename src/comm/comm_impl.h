@@ -95,6 +95,9 @@ class CommImpl {
     int64_t position = -1;  // ranks of that name joined before this one, once it joined
     bool twice = false;     // another process had claimed this rank
     bool hello_published = false;
+    // The world of the rank before it, when the world sizes conflict (comm/join_sizes.h).
+    int other_size = 0;
+    int64_t other_incarnation = -1;
   };
   // Create's work; Create tells the other ranks when it fails.
   static Result<std::unique_ptr<CommImpl>> Join(const std::shared_ptr<Store>& store, int rank, int size,

@@ -93,8 +93,79 @@ TEST(CreateFailureTest, ALargerWorldSizeIsNamedToTheOthers) {
   ExpectAllTold(out, "rank 7 is outside [0, 5)");
 }
 
-// One whose world is smaller computes another incarnation: the others are
-// not stopped early, but their timeout names it.
+// Processes given (rank, world size), started one after the other (each
+// once the one before has taken its join position), with a 60 s timeout.
+struct Joiner {
+  int rank;
+  int size;
+};
+std::vector<Status> JoinInOrder(const std::vector<Joiner>& joiners, double* seconds) {
+  auto store = NewMemoryStore();
+  std::vector<Status> st(joiners.size());
+  std::vector<std::thread> th;
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < joiners.size(); ++i) {
+    th.emplace_back([&, i] { st[i] = Communicator::Create(store, joiners[i].rank, joiners[i].size, Opts()).status(); });
+    WaitForKey(*store, "choir/world/size/" + std::to_string(i));
+  }
+  for (auto& t : th) t.join();
+  *seconds = SecondsSince(t0);
+  return st;
+}
+
+// Two ranks of a 4-rank world, then ranks 0 and 1 started with WORLD_SIZE=2:
+// those two would form a world of their own beside the two that wait. The
+// first of them finds that the rank before it belongs to a larger world
+// still forming, and both worlds are told at once.
+TEST(CreateFailureTest, ASmallerWorldSizeIsNamedAtOnce) {
+  double seconds = 0;
+  const auto st = JoinInOrder({{2, 4}, {3, 4}, {0, 2}, {1, 2}}, &seconds);
+  EXPECT_EQ(st[2].code(), Code::kInvalidWorldSize) << st[2].ToString();
+  EXPECT_NE(st[2].message().find("rank 3 (pid "), std::string::npos) << st[2].ToString();
+  EXPECT_NE(st[2].message().find("just before rank 0 as one of 4 ranks, but rank 0 was started as one of 2"),
+            std::string::npos)
+      << st[2].ToString();
+  for (size_t i : {0, 1, 3}) {
+    EXPECT_EQ(st[i].code(), Code::kRemoteError) << i << ": " << st[i].ToString();
+    EXPECT_NE(st[i].message().find("rank 0 (pid "), std::string::npos) << i << ": " << st[i].ToString();
+  }
+  EXPECT_LT(seconds, 20.0);
+}
+
+// A rank with a larger world size among the ranks of a smaller one: it
+// finds the rank before it inside its own range with another size.
+TEST(CreateFailureTest, ALargerWorldSizeInsideTheRangeIsNamedAtOnce) {
+  double seconds = 0;
+  const auto st = JoinInOrder({{0, 2}, {1, 8}}, &seconds);
+  EXPECT_EQ(st[1].code(), Code::kInvalidWorldSize) << st[1].ToString();
+  EXPECT_NE(st[1].message().find("rank 0 (pid "), std::string::npos) << st[1].ToString();
+  // Rank 1's hello is in rank 0's incarnation: rank 0 reads it and says so.
+  EXPECT_EQ(st[0].code(), Code::kInvalidWorldSize) << st[0].ToString();
+  EXPECT_NE(st[0].message().find("world size 8"), std::string::npos) << st[0].ToString();
+  EXPECT_LT(seconds, 20.0);
+}
+
+// The rank after one with another world size finds it: ranks 0 and 2 of a
+// 3-rank world, with rank 1 given 2 between them (it forms nothing: rank 2
+// finds it in its range).
+TEST(CreateFailureTest, TheRankAfterAnotherWorldSizeNamesIt) {
+  double seconds = 0;
+  const auto st = JoinInOrder({{0, 3}, {1, 2}, {2, 3}}, &seconds);
+  // Rank 1 (size 2) has rank 0 before it in its range [0, 2): it is found
+  // by itself; rank 2 then finds rank 1 in its range [0, 3).
+  EXPECT_EQ(st[1].code(), Code::kInvalidWorldSize) << st[1].ToString();
+  EXPECT_NE(st[1].message().find("rank 0 (pid "), std::string::npos) << st[1].ToString();
+  EXPECT_EQ(st[2].code(), Code::kInvalidWorldSize) << st[2].ToString();
+  EXPECT_NE(st[2].message().find("rank 1 (pid "), std::string::npos) << st[2].ToString();
+  // Rank 0 reads rank 1's hello (world size 2) or finds the failure left
+  // where rank 2's hello goes, whichever comes first.
+  EXPECT_TRUE(st[0].code() == Code::kInvalidWorldSize || st[0].code() == Code::kRemoteError) << st[0].ToString();
+  EXPECT_NE(st[0].message().find("rank 1"), std::string::npos) << st[0].ToString();
+  EXPECT_LT(seconds, 20.0);
+}
+
+// A process whose rank lies outside its (smaller) world never takes a join
+// position: the others are not stopped early, but their timeout names it.
 TEST(CreateFailureTest, ASmallerWorldSizeIsNamedInTheTimeout) {
   CommOptions quick = Opts(2s);
   auto store = NewMemoryStore();

@@ -94,16 +94,32 @@ bool IsJoinFailureToReport(const Status& s) {
 // segment, its readiness or its TCP connection: those keys and `failed` get
 // the failure. Stops at the first store error (a store that does not answer
 // would make every further call wait for its own timeout).
-void ReportJoinFailure(const std::shared_ptr<Store>& store, const std::string& name, int size, int64_t position,
-                       int rank, const Status& error, bool twice, bool hello_published, const std::string& host,
-                       const std::string& where) {
-  JoinFailure failure{rank, getpid(), host, where, NowNanos(), error.ToString()};
-  const int64_t incarnation = position / size;
+void ReportJoinFailure(const std::shared_ptr<Store>& store, const JoinStanding& at, const Status& error) {
+  const std::string& name = at.name;
+  const int rank = at.rank;
+  JoinFailure failure{rank, getpid(), at.host, at.where, NowNanos(), error.ToString()};
+  const int64_t incarnation = at.position / at.size;
+  // The incarnations whose missing hellos may be filled.
+  struct World {
+    int64_t incarnation;
+    int size;
+    bool stray;  // this process is outside it: fill only after the grace
+  };
+  const bool stray = rank < 0 || rank >= at.size;
+  std::vector<World> worlds;
+  if (at.other_incarnation >= 0) {
+    // Neither world can form: the hellos they miss never come.
+    worlds.push_back({incarnation, at.size, false});
+    worlds.push_back({at.other_incarnation, at.other_size, false});
+  } else if (!at.hello_published) {
+    worlds.push_back({incarnation, at.size, stray});
+    if (at.twice) worlds.push_back({incarnation + 1, at.size, stray});
+  }
   auto report = [&]() -> Status {
     CHOIR_ASSIGN_OR_RETURN(failure.index, store->Add(FailureCountKey(name), 1));
     const std::string full = transport::JoinFailureValue(failure);
     CHOIR_RETURN_IF_ERROR(store->Set(FailureRecordKey(name, failure.index), full));
-    if (hello_published) {
+    if (at.hello_published) {
       // Only this rank writes its own keys: where they are missing, Set,
       // which wakes every store's waiters; a value it published already
       // stands (peers that read it go on to their own checks).
@@ -113,18 +129,18 @@ void ReportJoinFailure(const std::shared_ptr<Store>& store, const std::string& n
         CHOIR_ASSIGN_OR_RETURN(const bool there, scoped->Check({key}));
         if (!there) CHOIR_RETURN_IF_ERROR(scoped->Set(key, full));
       }
-      return Status::Ok();
     }
-    if (size > kMaxFilledWorld) return Status::Ok();
     JoinFailure pointer = failure;
     pointer.error.clear();
     const std::string value = transport::JoinFailureValue(pointer);
-    const bool stray = rank < 0 || rank >= size;
-    for (int64_t k = incarnation; k <= incarnation + (twice ? 1 : 0); ++k) {
+    for (const World& w : worlds) {
+      const int64_t k = w.incarnation;
+      const int size = w.size;
+      if (size > kMaxFilledWorld) continue;
       std::vector<std::string> keys;
       keys.reserve(static_cast<size_t>(size));
       for (int r = 0; r < size; ++r) keys.push_back(fmt::format("choir/{}#{}/hello/{}", name, k, r));
-      if (stray) {
+      if (w.stray) {
         // One process too many for a world that forms all the same must not
         // stop it. (Polled, not a Wait: a store Wait that times out can
         // leave a reply behind, as torch 1.13's TCPStore does.)
@@ -136,9 +152,10 @@ void ReportJoinFailure(const std::shared_ptr<Store>& store, const std::string& n
         CHOIR_ASSIGN_OR_RETURN(const int64_t joined, store->Add("choir/" + name + "/joined", 0));
         if (joined % size == 0 || joined / size != k) continue;  // nobody waits in it
       }
-      // The first failing rank of an incarnation fills it; after that no
-      // hello is missing there (keys are never removed).
-      CHOIR_ASSIGN_OR_RETURN(const int64_t filler, store->Add(fmt::format("choir/{}#{}/filling", name, k), 1));
+      // The first failing rank of an incarnation (of this world size) fills
+      // it; after that no hello is missing there (keys are never removed).
+      CHOIR_ASSIGN_OR_RETURN(const int64_t filler,
+                             store->Add(fmt::format("choir/{}#{}/filling/{}", name, k, size), 1));
       if (filler == 1) CHOIR_RETURN_IF_ERROR(transport::FillMissingKeys(*store, keys, value));
     }
     return Status::Ok();

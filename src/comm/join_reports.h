@@ -21,15 +21,27 @@ namespace choir::comm {
 // for peers (timeouts, refused or lost peers), nor another rank's failure.
 bool IsJoinFailureToReport(const Status& s);
 
-// Leaves `error` of `rank` where the other ranks of communicator `name`
-// (world `size`) wait. `position`: the ranks of the name joined before this
-// one (the counter's value if it never joined); `twice`: another process
-// had claimed the rank; `hello_published`: its hello is in the store.
-// `host` and `where` (kernel and network namespace) identify the process.
-// Best effort: a store error is logged.
-void ReportJoinFailure(const std::shared_ptr<Store>& store, const std::string& name, int size, int64_t position,
-                       int rank, const Status& error, bool twice, bool hello_published, const std::string& host,
-                       const std::string& where);
+// Where a rank that could not join stood.
+struct JoinStanding {
+  std::string name;  // the communicator's
+  int size = 0;      // its world size
+  int rank = -1;
+  // The ranks of the name that joined before this one (the counter's value
+  // if it never joined).
+  int64_t position = 0;
+  bool twice = false;            // another process had claimed the rank
+  bool hello_published = false;  // its hello is in the store
+  // A world-size conflict with the rank before it (comm/join_sizes.h): that
+  // rank's world and incarnation, whose missing hellos are filled too.
+  int other_size = 0;
+  int64_t other_incarnation = -1;
+  std::string host;   // its host name
+  std::string where;  // its kernel and network namespace
+};
+
+// Leaves `error` where the other ranks of the communicator wait. Best
+// effort: a store error is logged.
+void ReportJoinFailure(const std::shared_ptr<Store>& store, const JoinStanding& at, const Status& error);
 
 // For a timeout naming the ranks that never joined: what the last processes
 // that could not join `name` said ("" when none did).

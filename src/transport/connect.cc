@@ -47,11 +47,6 @@ Result<bool> PairUsesShm(const PeerInfo& a, const PeerInfo& b) {
 
 namespace {
 
-std::chrono::milliseconds Remaining(Deadline d) {
-  if (d.infinite()) return std::chrono::hours(24 * 365);
-  return std::chrono::milliseconds(std::max<int64_t>(1, d.RemainingNanos() / 1000000));
-}
-
 HandshakeHello MakeHello(const ConnectOptions& o, int from, int to, int stream) {
   HandshakeHello h;
   h.stream = stream;
@@ -249,7 +244,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
   for (int p : my_shm) {
     if (p == rank) continue;
     const std::string key = "shm/" + std::to_string(p);
-    auto value = store.WaitGet(key, Remaining(deadline));
+    auto value = store.WaitGet(key, deadline.RemainingMillis());
     if (!value.ok()) return value.status().WithContext("waiting for rank " + std::to_string(p) + "'s shared-memory segment");
     if (const auto failed = ParseJoinFailure(*value)) return JoinFailureStatus(*failed, options.comm_name);
     const size_t space = value->find(' ');
@@ -297,7 +292,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
   if (!local_peers.empty()) {
     std::vector<std::string> keys;
     for (int p : local_peers) keys.push_back("ready/" + std::to_string(p));
-    Status s = store.Wait(keys, Remaining(deadline));
+    Status s = store.Wait(keys, deadline.RemainingMillis());
     if (!s.ok()) return s.WithContext("waiting for local ranks to map their shared-memory segments");
     for (size_t i = 0; i < local_peers.size(); ++i) {
       const int p = local_peers[i];

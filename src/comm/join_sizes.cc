@@ -1,0 +1,69 @@
+#include "comm/join_sizes.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "transport/join_failure.h"
+
+namespace choir::comm {
+namespace {
+using json = nlohmann::json;
+constexpr std::chrono::seconds kSizeWait{2};
+}  // namespace
+
+std::string JoinSizeKey(const std::string& name, int64_t position) {
+  return fmt::format("choir/{}/size/{}", name, position);
+}
+
+Status PublishJoinSize(Store& store, const std::string& name, int64_t position, int rank, int size,
+                       const std::string& host) {
+  const json value = {{"size", size}, {"rank", rank}, {"pid", static_cast<int64_t>(getpid())}, {"host", host}};
+  return store.Set(JoinSizeKey(name, position), value.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Status CheckSizeOfRankBefore(Store& store, const std::string& name, int64_t position, int rank, int size,
+                             Deadline deadline, JoinSizeConflict* conflict) {
+  if (position <= 0) return Status::Ok();
+  const int64_t before = position - 1;
+  const std::string key = JoinSizeKey(name, before);
+  // That rank recorded its size right after taking its position, so it is
+  // there already but in a race. Polled, never a Wait that could time out
+  // (torch 1.13's TCPStore leaves a reply behind then), and only for a
+  // while: a rank that records none (an older choir, which the hellos then
+  // name, or one that stopped right after its Add) is not checked.
+  const auto until = std::chrono::steady_clock::now() + kSizeWait;
+  while (true) {
+    CHOIR_ASSIGN_OR_RETURN(const bool there, store.Check({key}));
+    if (there) break;
+    if (std::chrono::steady_clock::now() >= until || deadline.Expired()) return Status::Ok();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHOIR_ASSIGN_OR_RETURN(const std::string value, store.Get(key));
+  if (transport::ParseJoinFailure(value)) return Status::Ok();
+  // An unreadable value (another program's key) proves nothing either way.
+  const json v = json::parse(value, nullptr, /*allow_exceptions=*/false);
+  if (!v.is_object() || !v.contains("size") || !v["size"].is_number_integer()) return Status::Ok();
+  const int64_t theirs = v["size"].get<int64_t>();
+  if (theirs < 1 || theirs > INT32_MAX) return Status::Ok();
+  const int64_t first = position - position % size;  // this rank's range: [first, first + size)
+  const bool same_range = before >= first;
+  if (same_range ? theirs == size : before % theirs == theirs - 1) return Status::Ok();
+  conflict->size = static_cast<int>(theirs);
+  conflict->incarnation = before / theirs;
+  const std::string who = fmt::format("rank {} (pid {} on {})", v.value("rank", int64_t{-1}),
+                                      v.value("pid", int64_t{-1}), v.value("host", std::string("an unknown host")));
+  return Status(Code::kInvalidWorldSize,
+                fmt::format("{} joined communicator '{}' just before rank {} as one of {} ranks, but rank {} was "
+                            "started as one of {}: give every rank the same world size (WORLD_SIZE); a "
+                            "communicator name used again on one store needs a world size that fits the ranks "
+                            "that used it before, or a new name",
+                            who, name, rank, theirs, rank, size));
+}
+
+}  // namespace choir::comm
