@@ -91,13 +91,15 @@ class Work {
   // It may issue new operations. An exception from a callback on the completing
   // thread is logged and dropped.
   void Then(std::function<void(const Status&)> callback) const;
-  // Starts a queued operation on the communicator's progress thread now. A
-  // rank whose threads share one CPU (bound to one core, or oversubscribed)
-  // otherwise leaves a queued operation for up to a millisecond to a caller
-  // that may Wait() for it and so run it on its own thread, which saves the
-  // two context switches of a hand-off. Call it when the result will be
-  // taken through Then() or polled with Done(); WaitFor() does it itself.
-  // Does nothing for an operation that is done, running, or ran inline.
+  // Lets the communicator's progress thread start its queued operations,
+  // this one among them, as soon as the engine is free. A rank whose threads
+  // may use one CPU only (bound to one CPU, or oversubscribed) otherwise
+  // leaves a queued operation 100 us (up to a millisecond while its progress
+  // thread sleeps on its timer) to a caller that may Wait() for it and so
+  // run it on its own thread, which saves the two context switches of a
+  // hand-off. Call it when the result will be taken through Then() or
+  // polled with Done(); WaitFor() does it itself. Does nothing for an
+  // operation that is done or ran inline, or on other ranks.
   void Start() const;
 
   struct State;

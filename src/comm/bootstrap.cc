@@ -335,6 +335,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
                           .position = position,
                           .twice = progress.twice,
                           .hello_published = progress.hello_published,
+                          .conflict = progress.size_conflict,
                           .other_size = progress.other_size,
                           .other_incarnation = progress.other_incarnation,
                           .host = HostName(),
@@ -369,6 +370,16 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   // Ranks started with other world sizes would compute other incarnations
   // and wait for each other until their timeout (comm/join_sizes.h).
   CHOIR_RETURN_IF_ERROR(PublishJoinSize(*store, config.name, progress->position, rank, size, HostName()));
+  // Before the claim: a conflict also puts ranks into incarnations whose
+  // ranks are taken, and the rank-given-twice error would name the wrong cause.
+  JoinSizeConflict conflict;
+  if (Status sized = CheckSizeOfRankBefore(*store, config.name, progress->position, rank, size, deadline, &conflict);
+      !sized.ok()) {
+    progress->size_conflict = sized.code() == Code::kInvalidWorldSize;
+    progress->other_size = conflict.size;
+    progress->other_incarnation = conflict.incarnation;
+    return sized.WithContext("rank " + std::to_string(rank) + " joining communicator '" + config.name + "'");
+  }
   config.uid = config.name + "#" + std::to_string((joined - 1) / size);
   auto scoped = NewPrefixStore("choir/" + config.uid, store);
 
@@ -401,13 +412,6 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   }
   CHOIR_RETURN_IF_ERROR(scoped->Set("hello/" + std::to_string(rank), hello_text));
   progress->hello_published = true;
-  JoinSizeConflict conflict;
-  if (Status sized = CheckSizeOfRankBefore(*store, config.name, progress->position, rank, size, deadline, &conflict);
-      !sized.ok()) {
-    progress->other_size = conflict.size;
-    progress->other_incarnation = conflict.incarnation;
-    return sized.WithContext("rank " + std::to_string(rank) + " joining communicator '" + config.name + "'");
-  }
 
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back("hello/" + std::to_string(r));

@@ -89,7 +89,7 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
   // it runs it (and anything queued before it) itself.
   state->help = MakeHelp(state.get());
   state->start = [engine = std::weak_ptr<Engine>(engine_), generation = fork_generation_] {
-    if (ForkGeneration() != generation) return;  // queued in the parent: MakeHelp's case
+    if (ForkGeneration() != generation) return;  // queued in the parent, whose progress thread is not here
     if (auto e = engine.lock()) e->StartQueued();
   };
   engine_->Submit([this, args = std::move(args), options, state]() mutable { Execute(args, options, state); },
@@ -240,6 +240,7 @@ void CommImpl::Abort(const std::string& reason) {
   endpoint_->RequestAbort(s);
   if (!engine_->TryRunExclusive([&] { endpoint_->BroadcastAbort(s); })) {
     engine_->Submit([this, s] { endpoint_->BroadcastAbort(s); }, false);
+    engine_->StartQueued();  // nobody waits for it: no pickup delay
   }
 }
 

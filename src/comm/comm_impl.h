@@ -95,7 +95,9 @@ class CommImpl {
     int64_t position = -1;  // ranks of that name joined before this one, once it joined
     bool twice = false;     // another process had claimed this rank
     bool hello_published = false;
-    // The world of the rank before it, when the world sizes conflict (comm/join_sizes.h).
+    // The world sizes conflict (comm/join_sizes.h); the world of the rank
+    // before it, when that world cannot form either.
+    bool size_conflict = false;
     int other_size = 0;
     int64_t other_incarnation = -1;
   };

@@ -99,14 +99,15 @@ struct Joiner {
   int rank;
   int size;
 };
-std::vector<Status> JoinInOrder(const std::vector<Joiner>& joiners, double* seconds) {
-  auto store = NewMemoryStore();
+std::vector<Status> JoinInOrder(const std::vector<Joiner>& joiners, double* seconds,
+                                std::shared_ptr<Store> store = nullptr, int64_t first_position = 0) {
+  if (store == nullptr) store = NewMemoryStore();
   std::vector<Status> st(joiners.size());
   std::vector<std::thread> th;
   const auto t0 = Clock::now();
   for (size_t i = 0; i < joiners.size(); ++i) {
     th.emplace_back([&, i] { st[i] = Communicator::Create(store, joiners[i].rank, joiners[i].size, Opts()).status(); });
-    WaitForKey(*store, "choir/world/size/" + std::to_string(i));
+    WaitForKey(*store, "choir/world/size/" + std::to_string(first_position + static_cast<int64_t>(i)));
   }
   for (auto& t : th) t.join();
   *seconds = SecondsSince(t0);
@@ -139,9 +140,11 @@ TEST(CreateFailureTest, ALargerWorldSizeInsideTheRangeIsNamedAtOnce) {
   const auto st = JoinInOrder({{0, 2}, {1, 8}}, &seconds);
   EXPECT_EQ(st[1].code(), Code::kInvalidWorldSize) << st[1].ToString();
   EXPECT_NE(st[1].message().find("rank 0 (pid "), std::string::npos) << st[1].ToString();
-  // Rank 1's hello is in rank 0's incarnation: rank 0 reads it and says so.
-  EXPECT_EQ(st[0].code(), Code::kInvalidWorldSize) << st[0].ToString();
-  EXPECT_NE(st[0].message().find("world size 8"), std::string::npos) << st[0].ToString();
+  // Rank 1 finds it before its claim and hello: rank 0 is told where it
+  // waits for rank 1's hello.
+  EXPECT_EQ(st[0].code(), Code::kRemoteError) << st[0].ToString();
+  EXPECT_NE(st[0].message().find("as one of 2 ranks, but rank 1 was started as one of 8"), std::string::npos)
+      << st[0].ToString();
   EXPECT_LT(seconds, 20.0);
 }
 
@@ -161,6 +164,47 @@ TEST(CreateFailureTest, TheRankAfterAnotherWorldSizeNamesIt) {
   // where rank 2's hello goes, whichever comes first.
   EXPECT_TRUE(st[0].code() == Code::kInvalidWorldSize || st[0].code() == Code::kRemoteError) << st[0].ToString();
   EXPECT_NE(st[0].message().find("rank 1"), std::string::npos) << st[0].ToString();
+  EXPECT_LT(seconds, 20.0);
+}
+
+// A process with another world size that comes after a world took all its
+// positions finds the conflict, but leaves that world alone (its range
+// ended before the process's position): the world forms.
+TEST(CreateFailureTest, AnotherWorldSizeAfterACompleteRangeLeavesThatWorldAlone) {
+  auto store = NewMemoryStore();
+  double seconds = 0;
+  const auto st = JoinInOrder({{0, 4}, {1, 4}, {2, 4}, {3, 4}, {0, 3}}, &seconds, store);
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(st[i].ok()) << i << ": " << st[i].ToString();
+  EXPECT_EQ(st[4].code(), Code::kInvalidWorldSize) << st[4].ToString();
+  EXPECT_NE(st[4].message().find("rank 3 (pid "), std::string::npos) << st[4].ToString();
+  EXPECT_FALSE(HasKey(*store, "choir/world#0/filling/4")) << "the complete world's hellos were filled";
+  EXPECT_TRUE(HasKey(*store, "choir/world#1/filling/3"));  // its own incarnation
+}
+
+// A communicator name used again on one store with another world size: the
+// rank that lands in the old range says E101 (not "rank given twice", as the
+// old incarnation's claims would), and its peers, one incarnation further,
+// are told at once.
+TEST(CreateFailureTest, ANameUsedAgainWithAnotherWorldSizeIsNamedAtOnce) {
+  auto store = NewMemoryStore();
+  {
+    std::vector<Status> formed(2);
+    std::vector<std::thread> th;
+    for (int r = 0; r < 2; ++r) {
+      th.emplace_back([&, r] { formed[static_cast<size_t>(r)] = Communicator::Create(store, r, 2, Opts()).status(); });
+    }
+    for (auto& t : th) t.join();
+    ASSERT_TRUE(formed[0].ok() && formed[1].ok()) << formed[0].ToString() << " / " << formed[1].ToString();
+  }
+  double seconds = 0;
+  const auto st = JoinInOrder({{0, 3}, {1, 3}, {2, 3}}, &seconds, store, 2);
+  EXPECT_EQ(st[0].code(), Code::kInvalidWorldSize) << st[0].ToString();
+  EXPECT_NE(st[0].message().find("as one of 2 ranks, but rank 0 was started as one of 3"), std::string::npos)
+      << st[0].ToString();
+  for (size_t i : {1, 2}) {
+    EXPECT_EQ(st[i].code(), Code::kRemoteError) << i << ": " << st[i].ToString();
+    EXPECT_NE(st[i].message().find("rank 0 (pid "), std::string::npos) << i << ": " << st[i].ToString();
+  }
   EXPECT_LT(seconds, 20.0);
 }
 

@@ -134,7 +134,15 @@ void Engine::Help(const std::function<bool()>& done) {
     waiting_helpers_.fetch_sub(1, std::memory_order_seq_cst);
   }
   helpers_.fetch_sub(1, std::memory_order_seq_cst);
-  const bool leftover = !queue_.empty() || background_;
+  bool leftover = !queue_.empty() || background_;
+  if (shares_cpu_ && !queue_.empty()) {
+    // The operations this helper leaves may have waited long already: the
+    // next caller to wait gets the same grace (else the progress thread
+    // would take the next one the moment this helper leaves, the hand-off
+    // the delay avoids), and a thread on its timer finds them itself.
+    queued_since_ = std::chrono::steady_clock::now();
+    if (on_timer_ && !background_) leftover = false;
+  }
   lock.unlock();
   if (leftover) cv_.notify_all();  // the progress thread takes over
   t_help_done = outer;

@@ -1,6 +1,7 @@
 #include "comm/engine.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -205,6 +206,18 @@ TEST(EngineTest, TaskQueuedDuringAnInlineRunStartsWhenItEnds) {
 // thread sleeps on its timer.
 TEST(EngineTest, SharingItsCpuTheEngineLeavesQueuedTasksToAWaitingCaller) {
   using Clock = std::chrono::steady_clock;
+  // On one CPU, as the setting is meant for: the progress thread (started
+  // by the first Submit) inherits this thread's affinity.
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  struct Restore {
+    cpu_set_t set;
+    ~Restore() { sched_setaffinity(0, sizeof(set), &set); }
+  } restore{before};
   Engine e;
   e.set_shares_cpu(true);
   int checked = 0;
@@ -245,6 +258,35 @@ TEST(EngineTest, SharingItsCpuTheEngineLeavesQueuedTasksToAWaitingCaller) {
     EXPECT_NE(ran_on, std::this_thread::get_id());
     EXPECT_GE(ran_at - submitted, Engine::kPickupDelay) << "round " << round;
   }
+  // Two queued, the first longer than the delay: the caller that waits for
+  // the second right after the first gets the same grace, not a progress
+  // thread that took it the moment the first helper left.
+  int checked_pairs = 0;
+  for (int round = 0; round < 10; ++round) {
+    std::atomic<bool> first_done{false}, second_done{false};
+    std::thread::id second_on;
+    e.Submit(
+        [&] {
+          std::this_thread::sleep_for(Engine::kPickupDelay * 3);
+          first_done = true;
+        },
+        false);
+    e.Submit(
+        [&] {
+          second_on = std::this_thread::get_id();
+          second_done = true;
+        },
+        false);
+    e.Help([&] { return first_done.load(); });
+    const auto left = Clock::now();
+    const bool second_already = second_done.load();
+    e.Help([&] { return second_done.load(); });
+    if (!second_already && Clock::now() - left < Engine::kPickupDelay) {
+      ++checked_pairs;
+      EXPECT_EQ(second_on, std::this_thread::get_id()) << "round " << round;
+    }
+  }
+  EXPECT_GT(checked_pairs, 0);
   std::atomic<bool> drained{false};
   e.Submit([&] { drained = true; }, false);
   e.Drain();  // runs it without waiting for the delay's end

@@ -107,10 +107,14 @@ void ReportJoinFailure(const std::shared_ptr<Store>& store, const JoinStanding& 
   };
   const bool stray = rank < 0 || rank >= at.size;
   std::vector<World> worlds;
-  if (at.other_incarnation >= 0) {
-    // Neither world can form: the hellos they miss never come.
+  if (at.conflict) {
+    // A world-size conflict (comm/join_sizes.h): positions are out of step
+    // with this world size, so the ranks of its size that come after it
+    // land in its incarnation or the next; and the other rank's world
+    // cannot form when its range holds this rank's position.
     worlds.push_back({incarnation, at.size, false});
-    worlds.push_back({at.other_incarnation, at.other_size, false});
+    worlds.push_back({incarnation + 1, at.size, false});
+    if (at.other_incarnation >= 0) worlds.push_back({at.other_incarnation, at.other_size, false});
   } else if (!at.hello_published) {
     worlds.push_back({incarnation, at.size, stray});
     if (at.twice) worlds.push_back({incarnation + 1, at.size, stray});

@@ -31,8 +31,10 @@ struct JoinStanding {
   int64_t position = 0;
   bool twice = false;            // another process had claimed the rank
   bool hello_published = false;  // its hello is in the store
-  // A world-size conflict with the rank before it (comm/join_sizes.h): that
-  // rank's world and incarnation, whose missing hellos are filled too.
+  // A world-size conflict with the rank before it (comm/join_sizes.h): the
+  // missing hellos of its own incarnation and the next are filled, and of
+  // that rank's world (size and incarnation, when given) too.
+  bool conflict = false;
   int other_size = 0;
   int64_t other_incarnation = -1;
   std::string host;   // its host name

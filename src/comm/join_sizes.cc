@@ -9,8 +9,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "transport/join_failure.h"
-
 namespace choir::comm {
 namespace {
 using json = nlohmann::json;
@@ -45,7 +43,6 @@ Status CheckSizeOfRankBefore(Store& store, const std::string& name, int64_t posi
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   CHOIR_ASSIGN_OR_RETURN(const std::string value, store.Get(key));
-  if (transport::ParseJoinFailure(value)) return Status::Ok();
   // An unreadable value (another program's key) proves nothing either way.
   const json v = json::parse(value, nullptr, /*allow_exceptions=*/false);
   if (!v.is_object() || !v.contains("size") || !v["size"].is_number_integer()) return Status::Ok();
@@ -54,13 +51,17 @@ Status CheckSizeOfRankBefore(Store& store, const std::string& name, int64_t posi
   const int64_t first = position - position % size;  // this rank's range: [first, first + size)
   const bool same_range = before >= first;
   if (same_range ? theirs == size : before % theirs == theirs - 1) return Status::Ok();
-  conflict->size = static_cast<int>(theirs);
-  conflict->incarnation = before / theirs;
+  // Their world misses this position only when it lies in their range; a
+  // range that ended just before may still form.
+  if (before % theirs != theirs - 1) {
+    conflict->size = static_cast<int>(theirs);
+    conflict->incarnation = before / theirs;
+  }
   const std::string who = fmt::format("rank {} (pid {} on {})", v.value("rank", int64_t{-1}),
                                       v.value("pid", int64_t{-1}), v.value("host", std::string("an unknown host")));
   return Status(Code::kInvalidWorldSize,
                 fmt::format("{} joined communicator '{}' just before rank {} as one of {} ranks, but rank {} was "
-                            "started as one of {}: give every rank the same world size (WORLD_SIZE); a "
+                            "started as one of {}: give every rank the same world size (WORLD_SIZE, or the same split groups); a "
                             "communicator name used again on one store needs a world size that fits the ranks "
                             "that used it before, or a new name",
                             who, name, rank, theirs, rank, size));

@@ -39,7 +39,8 @@ std::string JoinSizeKey(const std::string& name, int64_t position);
 Status PublishJoinSize(Store& store, const std::string& name, int64_t position, int rank, int size,
                        const std::string& host);
 
-// The world of the rank before this one, when the two conflict.
+// The world of the rank before this one, when this rank's position lies in
+// its range (so it cannot form); none when its range ended before.
 struct JoinSizeConflict {
   int size = 0;
   int64_t incarnation = -1;
@@ -49,8 +50,8 @@ struct JoinSizeConflict {
 // up to 2 s) and checks it as above. InvalidWorldSize naming the other rank
 // when they conflict (and its world in `conflict`); OK otherwise, also when
 // that rank recorded no size in time (an older choir, which the hellos then
-// name, or a rank that stopped) or left a failure value there (the hellos
-// tell that failure); a store error as it is.
+// name, or a rank that stopped) or something else than a size record; a
+// store error as it is. Called before the claim and the hello.
 Status CheckSizeOfRankBefore(Store& store, const std::string& name, int64_t position, int rank, int size,
                              Deadline deadline, JoinSizeConflict* conflict);
 
