@@ -2,7 +2,6 @@
 // correctness on both transports, and every failure path ending in its
 // numbered error instead of a hang.
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include "choir/shared_buffer.h"
 #include "params/params.h"
 #include "testing/multi_rank.h"
+#include "testing/one_cpu.h"
 
 namespace choir {
 namespace {
@@ -1160,12 +1160,8 @@ TEST(CommTest, AsyncOperationsCompleteInOrder) {
 // after Start(), and without Start() too (the progress thread takes it after
 // its delay). The rank threads inherit this thread's one-CPU affinity.
 TEST(CommTest, RanksOnOneCpuFinishQueuedOperationsHoweverTheyAreAwaited) {
-  cpu_set_t before;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(sched_getcpu(), &one);
-  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  testing::OneCpuForThisThread one_cpu;
+  ASSERT_TRUE(one_cpu.ok());
   auto results = RunRanks(2, [](Communicator& comm) -> Status {
     constexpr size_t kCount = 1 << 18;  // 1 MiB: above CHOIR_ASYNC_BYTES, queued
     for (int way = 0; way < 5; ++way) {
@@ -1196,7 +1192,6 @@ TEST(CommTest, RanksOnOneCpuFinishQueuedOperationsHoweverTheyAreAwaited) {
     }
     return Status::Ok();
   });
-  ASSERT_EQ(sched_setaffinity(0, sizeof(before), &before), 0);
   ExpectAllOk(results);
 }
 

@@ -1,13 +1,14 @@
 #include "comm/engine.h"
 
 #include <gtest/gtest.h>
-#include <sched.h>
 
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "testing/one_cpu.h"
 
 namespace choir::comm {
 namespace {
@@ -208,16 +209,8 @@ TEST(EngineTest, SharingItsCpuTheEngineLeavesQueuedTasksToAWaitingCaller) {
   using Clock = std::chrono::steady_clock;
   // On one CPU, as the setting is meant for: the progress thread (started
   // by the first Submit) inherits this thread's affinity.
-  cpu_set_t before;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(sched_getcpu(), &one);
-  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
-  struct Restore {
-    cpu_set_t set;
-    ~Restore() { sched_setaffinity(0, sizeof(set), &set); }
-  } restore{before};
+  testing::OneCpuForThisThread one_cpu;
+  ASSERT_TRUE(one_cpu.ok());
   Engine e;
   e.set_shares_cpu(true);
   int checked = 0;
