@@ -314,32 +314,21 @@ Status CommImpl::CheckOptions(const CommOptions& options) { return ResolveConfig
 Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store, int rank, int size,
                                                    const CommOptions& options, const InheritedPlace* inherited) {
   if (store == nullptr) return InvalidArgument("Communicator::Create needs a store, got null");
-  JoinProgress progress;
-  auto made = Join(store, rank, size, options, inherited, &progress);
+  JoinStanding at{.size = size, .rank = rank};
+  auto made = Join(store, rank, size, options, inherited, &at);
   if (made.ok() || !IsJoinFailureToReport(made.status())) return made;
   // The other ranks would wait for this one until their timeout: tell them why.
-  std::string name = progress.name;
-  if (name.empty()) name = options.name.empty() ? "world" : options.name;
-  if (name.size() > kMaxCommNameBytes) return made;  // not a name the store takes
-  int64_t position = progress.position;
-  if (position < 0) {
-    const Result<int64_t> joined = store->Add("choir/" + name + "/joined", 0);
+  if (at.name.empty()) at.name = options.name.empty() ? "world" : options.name;
+  if (at.name.size() > kMaxCommNameBytes) return made;  // not a name the store takes
+  if (at.position < 0) {
+    const Result<int64_t> joined = store->Add("choir/" + at.name + "/joined", 0);
     if (!joined.ok()) return made;
-    position = *joined;
+    at.position = *joined;
   }
   // Without a world size there is no telling which keys the others wait for.
   if (size >= 1 && size <= topology::kMaxWorldSize) {
-    const JoinStanding at{.name = name,
-                          .size = size,
-                          .rank = rank,
-                          .position = position,
-                          .twice = progress.twice,
-                          .hello_published = progress.hello_published,
-                          .conflict = progress.size_conflict,
-                          .other_size = progress.other_size,
-                          .other_incarnation = progress.other_incarnation,
-                          .host = HostName(),
-                          .where = NetworkNamespace()};
+    at.host = HostName();
+    at.where = NetworkNamespace();
     ReportJoinFailure(store, at, made.status());
   }
   return made;
@@ -347,7 +336,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
 
 Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& store, int rank, int size,
                                                  const CommOptions& options, const InheritedPlace* inherited,
-                                                 JoinProgress* progress) {
+                                                 JoinStanding* progress) {
   const int64_t join_start = NowNanos();
   const std::string where_ns = NetworkNamespace();
   if (size < 1 || size > topology::kMaxWorldSize) {
@@ -375,7 +364,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   JoinSizeConflict conflict;
   if (Status sized = CheckSizeOfRankBefore(*store, config.name, progress->position, rank, size, deadline, &conflict);
       !sized.ok()) {
-    progress->size_conflict = sized.code() == Code::kInvalidWorldSize;
+    progress->conflict = sized.code() == Code::kInvalidWorldSize;
     progress->other_size = conflict.size;
     progress->other_incarnation = conflict.incarnation;
     return sized.WithContext("rank " + std::to_string(rank) + " joining communicator '" + config.name + "'");

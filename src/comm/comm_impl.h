@@ -29,6 +29,7 @@
 #include "choir/communicator.h"
 #include "choir/topology.h"
 #include "comm/engine.h"
+#include "comm/join_reports.h"
 #include "diag/metrics.h"
 #include "transport/connect.h"
 #include "transport/endpoint.h"
@@ -89,22 +90,12 @@ class CommImpl {
  private:
   CommImpl(std::shared_ptr<Store> store, std::shared_ptr<Store> scoped, int rank, int size,
            CommConfig config);
-  // How far a Join got, for the report of its failure (transport/join_failure.h).
-  struct JoinProgress {
-    std::string name;       // the communicator's name, once the settings resolved
-    int64_t position = -1;  // ranks of that name joined before this one, once it joined
-    bool twice = false;     // another process had claimed this rank
-    bool hello_published = false;
-    // The world sizes conflict (comm/join_sizes.h); the world of the rank
-    // before it, when that world cannot form either.
-    bool size_conflict = false;
-    int other_size = 0;
-    int64_t other_incarnation = -1;
-  };
-  // Create's work; Create tells the other ranks when it fails.
+  // Create's work; Create tells the other ranks when it fails. `at`: how
+  // far it got (its name once the settings resolved, its position once it
+  // joined, and what comm/join_reports.h reports).
   static Result<std::unique_ptr<CommImpl>> Join(const std::shared_ptr<Store>& store, int rank, int size,
                                                 const CommOptions& options, const InheritedPlace* inherited,
-                                                JoinProgress* progress);
+                                                JoinStanding* at);
   class OpObserver;
 
   Status Validate(const algorithms::OpArgs& args) const;

@@ -187,16 +187,9 @@ TEST(CreateFailureTest, AnotherWorldSizeAfterACompleteRangeLeavesThatWorldAlone)
 // are told at once.
 TEST(CreateFailureTest, ANameUsedAgainWithAnotherWorldSizeIsNamedAtOnce) {
   auto store = NewMemoryStore();
-  {
-    std::vector<Status> formed(2);
-    std::vector<std::thread> th;
-    for (int r = 0; r < 2; ++r) {
-      th.emplace_back([&, r] { formed[static_cast<size_t>(r)] = Communicator::Create(store, r, 2, Opts()).status(); });
-    }
-    for (auto& t : th) t.join();
-    ASSERT_TRUE(formed[0].ok() && formed[1].ok()) << formed[0].ToString() << " / " << formed[1].ToString();
-  }
   double seconds = 0;
+  const auto formed = JoinInOrder({{0, 2}, {1, 2}}, &seconds, store);
+  ASSERT_TRUE(formed[0].ok() && formed[1].ok()) << formed[0].ToString() << " / " << formed[1].ToString();
   const auto st = JoinInOrder({{0, 3}, {1, 3}, {2, 3}}, &seconds, store, 2);
   EXPECT_EQ(st[0].code(), Code::kInvalidWorldSize) << st[0].ToString();
   EXPECT_NE(st[0].message().find("as one of 2 ranks, but rank 0 was started as one of 3"), std::string::npos)

@@ -90,7 +90,9 @@ bool IsJoinFailureToReport(const Status& s) {
 // incarnation fills every hello still missing in the one its join position
 // falls in (a rank given twice also the next one, where the ranks that join
 // after its surplus join land; a process outside the world only after the
-// grace, and only a partly joined incarnation). After it, they wait for its
+// grace, and only a partly joined incarnation; a world-size conflict, found
+// before the hello, also the next one and the other rank's world). After
+// it, they wait for its
 // segment, its readiness or its TCP connection: those keys and `failed` get
 // the failure. Stops at the first store error (a store that does not answer
 // would make every further call wait for its own timeout).

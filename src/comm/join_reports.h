@@ -26,9 +26,9 @@ struct JoinStanding {
   std::string name;  // the communicator's
   int size = 0;      // its world size
   int rank = -1;
-  // The ranks of the name that joined before this one (the counter's value
-  // if it never joined).
-  int64_t position = 0;
+  // The ranks of the name that joined before this one (-1 until it joined;
+  // ReportJoinFailure wants the counter's value then).
+  int64_t position = -1;
   bool twice = false;            // another process had claimed the rank
   bool hello_published = false;  // its hello is in the store
   // A world-size conflict with the rank before it (comm/join_sizes.h): the

@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "transport/join_failure.h"
+
 namespace choir::comm {
 namespace {
 using json = nlohmann::json;
@@ -49,16 +51,16 @@ Status CheckSizeOfRankBefore(Store& store, const std::string& name, int64_t posi
   const int64_t theirs = v["size"].get<int64_t>();
   if (theirs < 1 || theirs > INT32_MAX) return Status::Ok();
   const int64_t first = position - position % size;  // this rank's range: [first, first + size)
-  const bool same_range = before >= first;
-  if (same_range ? theirs == size : before % theirs == theirs - 1) return Status::Ok();
-  // Their world misses this position only when it lies in their range; a
-  // range that ended just before may still form.
-  if (before % theirs != theirs - 1) {
+  // Whether this position lies in their range (else it ended just before,
+  // and their world may still form).
+  const bool in_their_range = before % theirs != theirs - 1;
+  if (before >= first ? theirs == size : !in_their_range) return Status::Ok();
+  if (in_their_range) {
     conflict->size = static_cast<int>(theirs);
     conflict->incarnation = before / theirs;
   }
-  const std::string who = fmt::format("rank {} (pid {} on {})", v.value("rank", int64_t{-1}),
-                                      v.value("pid", int64_t{-1}), v.value("host", std::string("an unknown host")));
+  const std::string who = transport::JoinFailureWho(
+      {.rank = v.value("rank", int64_t{-1}), .pid = v.value("pid", int64_t{-1}), .host = v.value("host", std::string())});
   return Status(Code::kInvalidWorldSize,
                 fmt::format("{} joined communicator '{}' just before rank {} as one of {} ranks, but rank {} was "
                             "started as one of {}: give every rank the same world size (WORLD_SIZE, or the same split groups); a "

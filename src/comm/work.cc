@@ -110,7 +110,7 @@ Status Work::WaitFor(std::chrono::milliseconds timeout) const {
   if (!state_) return Status::Ok();
   if (t_callbacks_state == state_.get()) return state_->status;
   if (WaitWouldDeadlock(*state_)) return WaitInCallback();
-  if (state_->start && !state_->is_done()) state_->start();  // this thread does not run it
+  Start();  // this thread does not run it
   // At most a year: longer limits would overflow the nanosecond arithmetic.
   const auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24 * 365));
   if (!state_->Block(std::chrono::duration_cast<std::chrono::nanoseconds>(limit), /*forever=*/false)) {
