@@ -326,11 +326,24 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
     at.position = *joined;
   }
   // Without a world size there is no telling which keys the others wait for.
-  if (size >= 1 && size <= topology::kMaxWorldSize) {
-    at.host = HostName();
-    at.where = NetworkNamespace();
-    ReportJoinFailure(store, at, made.status());
+  if (size < 1 || size > topology::kMaxWorldSize) return made;
+  if (rank < 0 || rank >= size) {
+    // A process outside its world takes no position, but the ranks before
+    // it may have another world size, whose range holds the next position:
+    // those ranks wait for a rank of theirs there (comm/join_sizes.h).
+    JoinSizeConflict theirs;
+    const Status sized = CheckSizeOfRankBefore(*store, at.name, at.position, rank, size, Deadline::AfterSeconds(2), &theirs);
+    if (theirs.incarnation >= 0) {
+      at.other_size = theirs.size;
+      at.other_incarnation = theirs.incarnation;
+      made = Status(made.status().code(),
+                    fmt::format("{}; and the rank before it was started with another world size: {}",
+                                made.status().message(), sized.message()));
+    }
   }
+  at.host = HostName();
+  at.where = NetworkNamespace();
+  ReportJoinFailure(store, at, made.status());
   return made;
 }
 

@@ -201,26 +201,56 @@ TEST(CreateFailureTest, ANameUsedAgainWithAnotherWorldSizeIsNamedAtOnce) {
   EXPECT_LT(seconds, 20.0);
 }
 
-// A process whose rank lies outside its (smaller) world never takes a join
-// position: the others are not stopped early, but their timeout names it.
-TEST(CreateFailureTest, ASmallerWorldSizeIsNamedInTheTimeout) {
-  CommOptions quick = Opts(2s);
+// A process whose rank lies outside its (smaller) world takes no join
+// position, but the rank before it recorded a larger world whose range holds
+// the next position: after the grace it fills that world's missing hellos,
+// and the others stop at once with its error, which names both sizes.
+TEST(CreateFailureTest, ARankOutsideASmallerWorldIsNamedToTheOthers) {
   auto store = NewMemoryStore();
   std::vector<Status> st(3);
   std::vector<std::thread> th;
+  const auto t0 = Clock::now();
   for (int r = 0; r < 3; ++r) {
-    th.emplace_back([&, r] { st[static_cast<size_t>(r)] = Communicator::Create(store, r, 4, quick).status(); });
+    th.emplace_back([&, r] { st[static_cast<size_t>(r)] = Communicator::Create(store, r, 4, Opts()).status(); });
   }
   for (int r = 0; r < 3; ++r) WaitForKey(*store, "choir/world#0/hello/" + std::to_string(r));
-  const Status bad = Communicator::Create(store, 3, 3, quick).status();
+  const Status bad = Communicator::Create(store, 3, 3, Opts()).status();
   for (auto& t : th) t.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(bad.code(), Code::kInvalidRank) << bad.ToString();
+  EXPECT_NE(bad.message().find("rank 3 is outside [0, 3); and the rank before it was started with another world "
+                               "size: rank "),
+            std::string::npos)
+      << bad.ToString();
+  EXPECT_NE(bad.message().find("as one of 4 ranks, but rank 3 was started as one of 3"), std::string::npos)
+      << bad.ToString();
   for (size_t r = 0; r < st.size(); ++r) {
-    EXPECT_EQ(st[r].code(), Code::kStoreTimeout) << "rank " << r << ": " << st[r].ToString();
-    EXPECT_NE(st[r].message().find("rank(s) 3 of 4 never joined"), std::string::npos) << st[r].ToString();
+    EXPECT_EQ(st[r].code(), Code::kRemoteError) << "rank " << r << ": " << st[r].ToString();
+    EXPECT_NE(st[r].message().find("rank 3 (pid "), std::string::npos) << "rank " << r << ": " << st[r].ToString();
     EXPECT_NE(st[r].message().find("E102 InvalidRank: rank 3 is outside [0, 3)"), std::string::npos)
-        << st[r].ToString();
+        << "rank " << r << ": " << st[r].ToString();
   }
+  EXPECT_LT(seconds, 20.0);  // the 2 s grace, not the 60 s timeout
+}
+
+// The same process leaves a world of another size alone when that world
+// forms within the grace.
+TEST(CreateFailureTest, ARankOutsideASmallerWorldDoesNotStopAWorldThatForms) {
+  auto store = NewMemoryStore();
+  std::vector<Status> st(4);
+  std::vector<std::thread> th;
+  for (int r = 0; r < 3; ++r) {
+    th.emplace_back([&, r] { st[static_cast<size_t>(r)] = Communicator::Create(store, r, 4, Opts()).status(); });
+  }
+  for (int r = 0; r < 3; ++r) WaitForKey(*store, "choir/world#0/hello/" + std::to_string(r));
+  Status stray_status;
+  std::thread stray([&] { stray_status = Communicator::Create(store, 3, 3, Opts()).status(); });
+  std::this_thread::sleep_for(500ms);  // it is in its grace
+  st[3] = Communicator::Create(store, 3, 4, Opts()).status();
+  for (auto& t : th) t.join();
+  stray.join();
+  EXPECT_EQ(stray_status.code(), Code::kInvalidRank) << stray_status.ToString();
+  for (size_t r = 0; r < st.size(); ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].ToString();
 }
 
 // A process outside the world that comes while the world is still forming

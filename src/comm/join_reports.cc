@@ -90,8 +90,9 @@ bool IsJoinFailureToReport(const Status& s) {
 // incarnation fills every hello still missing in the one its join position
 // falls in (a rank given twice also the next one, where the ranks that join
 // after its surplus join land; a process outside the world only after the
-// grace, and only a partly joined incarnation; a world-size conflict, found
-// before the hello, also the next one and the other rank's world). After
+// grace, and only a partly joined incarnation, also of the world of another
+// size whose range holds its position; a world-size conflict, found before
+// the hello, also the next one and the other rank's world). After
 // it, they wait for its
 // segment, its readiness or its TCP connection: those keys and `failed` get
 // the failure. Stops at the first store error (a store that does not answer
@@ -120,6 +121,9 @@ void ReportJoinFailure(const std::shared_ptr<Store>& store, const JoinStanding& 
   } else if (!at.hello_published) {
     worlds.push_back({incarnation, at.size, stray});
     if (at.twice) worlds.push_back({incarnation + 1, at.size, stray});
+    // A process outside its world whose position lies in the range of a
+    // world of another size (the ranks before it): that world waits there.
+    if (stray && at.other_incarnation >= 0) worlds.push_back({at.other_incarnation, at.other_size, true});
   }
   auto report = [&]() -> Status {
     CHOIR_ASSIGN_OR_RETURN(failure.index, store->Add(FailureCountKey(name), 1));
@@ -147,6 +151,13 @@ void ReportJoinFailure(const std::shared_ptr<Store>& store, const JoinStanding& 
       keys.reserve(static_cast<size_t>(size));
       for (int r = 0; r < size; ++r) keys.push_back(fmt::format("choir/{}#{}/hello/{}", name, k, r));
       if (w.stray) {
+        // Nobody waits in it unless it is the incarnation partly joined.
+        auto partly_joined = [&]() -> Result<bool> {
+          CHOIR_ASSIGN_OR_RETURN(const int64_t joined, store->Add("choir/" + name + "/joined", 0));
+          return joined % size != 0 && joined / size == k;
+        };
+        CHOIR_ASSIGN_OR_RETURN(const bool waited_in, partly_joined());
+        if (!waited_in) continue;
         // One process too many for a world that forms all the same must not
         // stop it. (Polled, not a Wait: a store Wait that times out can
         // leave a reply behind, as torch 1.13's TCPStore does.)
@@ -155,8 +166,8 @@ void ReportJoinFailure(const std::shared_ptr<Store>& store, const JoinStanding& 
           CHOIR_ASSIGN_OR_RETURN(const bool all, store->Check(keys));
           if (all) break;
         }
-        CHOIR_ASSIGN_OR_RETURN(const int64_t joined, store->Add("choir/" + name + "/joined", 0));
-        if (joined % size == 0 || joined / size != k) continue;  // nobody waits in it
+        CHOIR_ASSIGN_OR_RETURN(const bool still, partly_joined());
+        if (!still) continue;
       }
       // The first failing rank of an incarnation (of this world size) fills
       // it; after that no hello is missing there (keys are never removed).
