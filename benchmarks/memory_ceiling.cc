@@ -6,7 +6,7 @@
 // kernels, and no communication at all. The slowest process's time per
 // iteration gives the bus bandwidth nccl-tests would report for it.
 //
-//   bin/choir_memory_ceiling [--ranks 2] [--sizes 16M,64M,256M] [--iters 10]
+//   bin/choir_memory_ceiling [--ranks 2] [--sizes 16M,64M,256M] [--iters 10] [--json FILE]
 //
 // Per rank, for a buffer of N bytes (nccl-tests' convention: the per-rank
 // buffer of allreduce, the whole buffer of reduce_scatter and allgather):
@@ -14,7 +14,10 @@
 //   reduce_scatter  read N, write N/n (its block, combined from n sources)
 //   allgather       read N/n (its block, once), write N (n copies of it,
 //                   chunk by chunk from the cache)
-// A collective that also moves data between processes can only be slower.
+// Each row is timed twice, writing with streaming stores and with plain ones
+// (which keep outputs that fit the caches there), and reports the faster
+// ("stores"). A collective that also moves data between processes can only
+// be slower.
 //
 // One more row is not a ceiling but a floor of its own: allgather_cma, an
 // allgather of ordinary (heap) buffers that moves every peer byte once
@@ -22,12 +25,17 @@
 // each rank copies its block into its output and process_vm_readv's every
 // peer's block straight out of that peer's input, all ranks at once, with
 // no synchronization. No single-copy heap allgather can beat it.
+//
+// --json FILE also writes the rows as {"ranks", "iters", "isa", "results":
+// [{"op", "bytes", "time_us", "busbw_gbps", "stores"}]} (a refused allgather_cma row
+// has "refused": true and no figures); benchmarks/compare reads it.
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +43,8 @@
 #include <new>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "algorithms/local_ops.h"
 #include "base/strings.h"
@@ -53,7 +63,7 @@ struct Shared {
   std::atomic<int> arrived;
   std::atomic<int> pid[64];
   std::atomic<uint64_t> input[64];  // each rank's input address (allgather_cma)
-  double seconds[64][256];  // [rank][iteration]
+  double seconds[2][64][256];  // [plain, streaming][rank][iteration]
 };
 
 void Barrier(Shared* s, int ranks, int round) {
@@ -62,8 +72,10 @@ void Barrier(Shared* s, int ranks, int round) {
   }
 }
 
-// One rank's least work for `op` on `bytes`.
-bool Work(const std::string& op, int n, int rank, size_t bytes, const uint8_t* in, uint8_t* out, Shared* s) {
+// One rank's least work for `op` on `bytes`, writing its output with
+// streaming stores or plain ones (allgather_cma: its own rule).
+bool Work(const std::string& op, int n, int rank, size_t bytes, const uint8_t* in, uint8_t* out, Shared* s,
+          bool streaming) {
   const size_t block = bytes / static_cast<size_t>(n) / 64 * 64;
   if (op == "allgather_cma") {
     CopyBytes(out + static_cast<size_t>(rank) * block, in, block,
@@ -78,15 +90,15 @@ bool Work(const std::string& op, int n, int rank, size_t bytes, const uint8_t* i
     return true;
   }
   if (op == "allreduce") {
-    CopyBytes(out, in, bytes, /*nontemporal=*/true);
+    CopyBytes(out, in, bytes, streaming);
   } else if (op == "reduce_scatter") {
     std::vector<const void*> srcs(static_cast<size_t>(n));
     for (int p = 0; p < n; ++p) srcs[static_cast<size_t>(p)] = in + static_cast<size_t>(p) * block;
-    ReduceMany(out, srcs.data(), n, block / 4, DataType::kFloat32, ReduceOp::kSum, /*nontemporal=*/true);
+    ReduceMany(out, srcs.data(), n, block / 4, DataType::kFloat32, ReduceOp::kSum, streaming);
   } else {  // allgather
     for (size_t done = 0; done < block; done += kChunk) {
       const size_t m = std::min(kChunk, block - done);
-      for (int p = 0; p < n; ++p) CopyBytes(out + static_cast<size_t>(p) * block + done, in + done, m, true);
+      for (int p = 0; p < n; ++p) CopyBytes(out + static_cast<size_t>(p) * block + done, in + done, m, streaming);
     }
   }
   return true;
@@ -102,6 +114,7 @@ int main(int argc, char** argv) {
   int ranks = 2;
   int iters = 10;
   std::string sizes = "16M,64M,256M";
+  std::string json_path;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--ranks") {
@@ -110,8 +123,10 @@ int main(int argc, char** argv) {
       iters = std::atoi(argv[i + 1]);
     } else if (flag == "--sizes") {
       sizes = argv[i + 1];
+    } else if (flag == "--json") {
+      json_path = argv[i + 1];
     } else {
-      std::fprintf(stderr, "usage: %s [--ranks N] [--sizes 16M,64M,256M] [--iters N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--ranks N] [--sizes 16M,64M,256M] [--iters N] [--json FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -119,9 +134,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--ranks must be 2..64 and --iters 1..255\n");
     return 2;
   }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "%s: flag '%s' needs a value\n", argv[0], argv[argc - 1]);
+    return 2;
+  }
+  std::string rows;  // --json "results" entries
+  auto add_row = [&rows](const std::string& op, size_t bytes, const std::string& figures) {
+    rows += fmt::format("{}\n    {{\"op\": \"{}\", \"bytes\": {}, {}}}", rows.empty() ? "" : ",", op, bytes, figures);
+  };
   std::printf("# memory ceiling: %d processes, kernels %s; busbw as nccl-tests, median over %d iterations (slowest process)\n",
               ranks, choir::kernels::ActiveIsa(), iters);
-  std::printf("# %-15s %12s %10s %10s\n", "op", "bytes", "time(us)", "busbw");
+  std::printf("# %-15s %12s %10s %10s  %s\n", "op", "bytes", "time(us)", "busbw", "stores");
   for (const std::string op : {"allreduce", "reduce_scatter", "allgather", "allgather_cma"}) {
     for (const std::string& text : choir::strings::Split(sizes, ',')) {
       auto parsed = choir::strings::ParseBytes(text);
@@ -134,6 +157,7 @@ int main(int argc, char** argv) {
           mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
       if (s == MAP_FAILED) return 1;
       new (&s->arrived) std::atomic<int>(0);
+      const int kinds = op == "allgather_cma" ? 1 : 2;  // allgather_cma writes as choir's cma does: timed once
       std::vector<pid_t> children;
       for (int r = 0; r < ranks; ++r) {
         const pid_t pid = fork();
@@ -145,14 +169,18 @@ int main(int argc, char** argv) {
           s->pid[r].store(getpid());
           s->input[r].store(reinterpret_cast<uint64_t>(in));
           bool ok = true;
-          for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
-            Barrier(s, ranks, it + 1);
-            const auto t0 = std::chrono::steady_clock::now();
-            ok = Work(op, ranks, r, bytes, in, out, s) && ok;
-            if (it > 0) s->seconds[r][it - 1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          int round = 0;
+          for (int kind = 0; kind < kinds; ++kind) {
+            for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
+              Barrier(s, ranks, ++round);
+              const auto t0 = std::chrono::steady_clock::now();
+              ok = Work(op, ranks, r, bytes, in, out, s, /*streaming=*/kind == 1) && ok;
+              const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+              if (it > 0) s->seconds[kind][r][it - 1] = took;
+            }
           }
           // Peers may still read this rank's input: leave together.
-          Barrier(s, ranks, iters + 2);
+          Barrier(s, ranks, ++round);
           _exit(ok ? 0 : 3);
         }
         children.push_back(pid);
@@ -165,18 +193,48 @@ int main(int argc, char** argv) {
       }
       if (refused) {
         std::printf("  %-15s %12zu %10s %10s  (process_vm_readv refused here)\n", op.c_str(), bytes, "-", "-");
+        add_row(op, bytes, "\"refused\": true");
         munmap(s, sizeof(Shared));
         continue;
       }
-      std::vector<double> slowest(static_cast<size_t>(iters));
-      for (int it = 0; it < iters; ++it) {
-        for (int r = 0; r < ranks; ++r) slowest[static_cast<size_t>(it)] = std::max(slowest[static_cast<size_t>(it)], s->seconds[r][it]);
+      // Per kind, the median over iterations of the slowest process; the faster kind.
+      double t = 0;
+      int best = 0;
+      for (int kind = 0; kind < kinds; ++kind) {
+        std::vector<double> slowest(static_cast<size_t>(iters));
+        for (int it = 0; it < iters; ++it) {
+          for (int r = 0; r < ranks; ++r) {
+            slowest[static_cast<size_t>(it)] = std::max(slowest[static_cast<size_t>(it)], s->seconds[kind][r][it]);
+          }
+        }
+        std::sort(slowest.begin(), slowest.end());
+        const double median = slowest[slowest.size() / 2];
+        if (kind == 0 || median < t) {
+          t = median;
+          best = kind;
+        }
       }
-      std::sort(slowest.begin(), slowest.end());
-      const double t = slowest[slowest.size() / 2];
-      std::printf("  %-15s %12zu %10.1f %10.3f\n", op.c_str(), bytes, t * 1e6, bytes / t * BusFactor(op, ranks) / 1e9);
+      const char* stores = op == "allgather_cma" ? "kernel" : (best == 1 ? "streaming" : "plain");
+      const double busbw = static_cast<double>(bytes) / t * BusFactor(op, ranks) / 1e9;
+      std::printf("  %-15s %12zu %10.1f %10.3f  %s\n", op.c_str(), bytes, t * 1e6, busbw, stores);
+      add_row(op, bytes,
+              fmt::format("\"time_us\": {:.6g}, \"busbw_gbps\": {:.6g}, \"stores\": \"{}\"", t * 1e6, busbw, stores));
       std::fflush(stdout);
       munmap(s, sizeof(Shared));
+    }
+  }
+  if (!json_path.empty()) {
+    std::FILE* f = std::fopen(json_path.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "cannot write %s: %s\n", json_path.c_str(), std::strerror(errno));
+      return 1;
+    }
+    const std::string doc = fmt::format("{{\"ranks\": {}, \"iters\": {}, \"isa\": \"{}\", \"results\": [{}\n]}}\n", ranks,
+                                        iters, choir::kernels::ActiveIsa(), rows);
+    const bool written = std::fputs(doc.c_str(), f) >= 0;
+    if (std::fclose(f) != 0 || !written) {
+      std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+      return 1;
     }
   }
   return 0;
