@@ -327,18 +327,19 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
   }
   // Without a world size there is no telling which keys the others wait for.
   if (size < 1 || size > topology::kMaxWorldSize) return made;
-  if (rank < 0 || rank >= size) {
-    // A process outside its world takes no position, but the ranks before
-    // it may have another world size, whose range holds the next position:
-    // those ranks wait for a rank of theirs there (comm/join_sizes.h).
-    JoinSizeConflict theirs;
-    const Status sized = CheckSizeOfRankBefore(*store, at.name, at.position, rank, size, Deadline::AfterSeconds(2), &theirs);
-    if (theirs.incarnation >= 0) {
-      at.other_size = theirs.size;
-      at.other_incarnation = theirs.incarnation;
+  if ((rank < 0 || rank >= size) && at.position > 0) {
+    // A process outside its world takes no position. When the last process
+    // to join was started with another world size, that is the likelier
+    // mistake: say so.
+    const auto last = ReadJoinSize(*store, at.name, at.position - 1, std::chrono::milliseconds(500), Deadline::Infinite());
+    // Only when its world is still forming and has room for this rank:
+    // else the advice would name the wrong peers.
+    if (last.ok() && last->has_value() && (*last)->size != size && at.position % (*last)->size != 0 &&
+        rank < (*last)->size) {
       made = Status(made.status().code(),
-                    fmt::format("{}; and the rank before it was started with another world size: {}",
-                                made.status().message(), sized.message()));
+                    fmt::format("{}; the last process to join communicator '{}', {}, was started as one of {} ranks "
+                                "and this one as one of {}: give it the world size of its peers (WORLD_SIZE)",
+                                made.status().message(), at.name, (*last)->who, (*last)->size, size));
     }
   }
   at.host = HostName();

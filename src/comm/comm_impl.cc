@@ -14,6 +14,21 @@ using algorithms::CollKind;
 using algorithms::OpArgs;
 using algorithms::Signature;
 
+namespace {
+
+// A forked child waits for an operation its parent queued: nothing in the
+// child runs the queue, and it must not (the transport is the parent's).
+void FailInForkedChild(Work::State* state, int creator) {
+  if (state->is_done() || state->failing_in_child.exchange(1) != 0) return;
+  state->Complete(Status(Code::kNotSupported,
+                         fmt::format("an operation queued in process {} cannot finish in process {}, a child "
+                                     "forked from it; wait for it before forking",
+                                     creator, getpid())),
+                  CompletionInfo{});
+}
+
+}  // namespace
+
 CommImpl::CommImpl(std::shared_ptr<Store> store, std::shared_ptr<Store> scoped, int rank, int size,
                    CommConfig config)
     : store_(std::move(store)), scoped_(std::move(scoped)), rank_(rank), size_(size), config_(std::move(config)) {}
@@ -88,8 +103,12 @@ Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
   // A thread that waits for this operation before the progress thread took
   // it runs it (and anything queued before it) itself.
   state->help = MakeHelp(state.get());
-  state->start = [engine = std::weak_ptr<Engine>(engine_), generation = fork_generation_] {
-    if (ForkGeneration() != generation) return;  // queued in the parent, whose progress thread is not here
+  state->start = [engine = std::weak_ptr<Engine>(engine_), raw = state.get(), generation = fork_generation_,
+                  creator = creator_pid_] {
+    if (ForkGeneration() != generation) [[unlikely]] {
+      FailInForkedChild(raw, creator);  // queued in the parent, whose progress thread is not here
+      return;
+    }
     if (auto e = engine.lock()) e->StartQueued();
   };
   engine_->Submit([this, args = std::move(args), options, state]() mutable { Execute(args, options, state); },
@@ -104,15 +123,7 @@ std::function<void()> CommImpl::MakeHelp(Work::State* state) const {
   return [engine = std::weak_ptr<Engine>(engine_), raw = state, generation = fork_generation_,
           creator = creator_pid_] {
     if (ForkGeneration() != generation) [[unlikely]] {
-      // A forked child waits for an operation its parent queued: nothing in
-      // the child runs the queue, and it must not (the transport is the parent's).
-      if (!raw->is_done()) {
-        raw->Complete(Status(Code::kNotSupported,
-                             fmt::format("an operation queued in process {} cannot finish in process {}, a child "
-                                         "forked from it; wait for it before forking",
-                                         creator, getpid())),
-                      CompletionInfo{});
-      }
+      FailInForkedChild(raw, creator);
       return;
     }
     if (auto e = engine.lock()) e->Help([raw] { return raw->is_done(); });

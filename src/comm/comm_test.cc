@@ -994,6 +994,60 @@ TEST(CommFailureTest, AForkedChildCannotUseItsParentsCommunicator) {
   }
 }
 
+// A child forked while its parent's queued operation is unfinished learns at
+// once, from WaitFor as from Wait, that it cannot finish there (nothing in
+// the child runs the parent's queue), instead of waiting out its limit.
+TEST(CommFailureTest, AForkedChildWaitingForItsParentsQueuedOperationIsToldAtOnce) {
+  std::atomic<bool> child_done{false};
+  auto results = RunRanks(2, [&child_done](Communicator& comm) -> Status {
+    constexpr size_t kCount = 1 << 18;  // 1 MiB: above CHOIR_ASYNC_BYTES, queued
+    std::vector<float> v(kCount, static_cast<float>(comm.rank() + 1));
+    if (comm.rank() == 1) {
+      // Rank 0's operation stays unfinished until its child has waited.
+      while (!child_done.load()) std::this_thread::sleep_for(10ms);
+      return comm.Allreduce(v.data(), v.data(), kCount, DataType::kFloat32, ReduceOp::kSum).Wait();
+    }
+    Work w = comm.Allreduce(v.data(), v.data(), kCount, DataType::kFloat32, ReduceOp::kSum);
+    // Released on every way out (before `w` goes), so rank 1 never waits forever.
+    struct Release {
+      std::atomic<bool>& flag;
+      ~Release() { flag.store(true); }
+    } release{child_done};
+    int fds[2];
+    if (pipe(fds) != 0) return Status(Code::kInternal, "pipe failed");
+    const auto t0 = std::chrono::steady_clock::now();
+    const pid_t child = fork();
+    if (child == 0) {
+      const std::string report = w.WaitFor(30s).ToString();
+      const ssize_t written = write(fds[1], report.data(), report.size());
+      _exit(written == static_cast<ssize_t>(report.size()) ? 0 : 1);
+    }
+    close(fds[1]);
+    std::string report;
+    char buf[512];
+    for (ssize_t k; (k = read(fds[0], buf, sizeof(buf))) > 0;) report.append(buf, static_cast<size_t>(k));
+    close(fds[0]);
+    int wstatus = 0;
+    waitpid(child, &wstatus, 0);
+    child_done.store(true);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+      return Status(Code::kInternal, "the child ended with status " + std::to_string(wstatus));
+    }
+    if (report.rfind("E502 NotSupported: an operation queued in process " + std::to_string(getpid()) +
+                         " cannot finish in process ",
+                     0) != 0) {
+      return Status(Code::kInternal, "the child got: " + report);
+    }
+    if (seconds > 10) return Status(Code::kInternal, "the child waited " + std::to_string(seconds) + " s");
+    // The parent's operation finishes as if nothing happened.
+    if (Status s = w.Wait(); !s.ok()) return s;
+    if (v[0] != 3.0f || v[kCount - 1] != 3.0f) return Status(Code::kInternal, "allreduce gave " + std::to_string(v[0]));
+    return Status::Ok();
+  }, TransportOptions("shm", 20s));
+  ExpectAllOk(results);
+}
+
 // A Recv of another data type than its Send is a mismatch, whether the
 // message arrives while the Recv waits or was stashed before it.
 TEST(CommFailureTest, PointToPointOfAnotherDataTypeIsAMismatch) {

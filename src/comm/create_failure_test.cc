@@ -202,9 +202,9 @@ TEST(CreateFailureTest, ANameUsedAgainWithAnotherWorldSizeIsNamedAtOnce) {
 }
 
 // A process whose rank lies outside its (smaller) world takes no join
-// position, but the rank before it recorded a larger world whose range holds
-// the next position: after the grace it fills that world's missing hellos,
-// and the others stop at once with its error, which names both sizes.
+// position, but the rank before the next one recorded a larger world whose
+// range holds it: after the grace the process fills that world's missing
+// hellos, and the others stop with its error, which names both sizes.
 TEST(CreateFailureTest, ARankOutsideASmallerWorldIsNamedToTheOthers) {
   auto store = NewMemoryStore();
   std::vector<Status> st(3);
@@ -218,11 +218,10 @@ TEST(CreateFailureTest, ARankOutsideASmallerWorldIsNamedToTheOthers) {
   for (auto& t : th) t.join();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(bad.code(), Code::kInvalidRank) << bad.ToString();
-  EXPECT_NE(bad.message().find("rank 3 is outside [0, 3); and the rank before it was started with another world "
-                               "size: rank "),
+  EXPECT_NE(bad.message().find("rank 3 is outside [0, 3); the last process to join communicator 'world', rank "),
             std::string::npos)
       << bad.ToString();
-  EXPECT_NE(bad.message().find("as one of 4 ranks, but rank 3 was started as one of 3"), std::string::npos)
+  EXPECT_NE(bad.message().find("was started as one of 4 ranks and this one as one of 3"), std::string::npos)
       << bad.ToString();
   for (size_t r = 0; r < st.size(); ++r) {
     EXPECT_EQ(st[r].code(), Code::kRemoteError) << "rank " << r << ": " << st[r].ToString();
@@ -231,6 +230,53 @@ TEST(CreateFailureTest, ARankOutsideASmallerWorldIsNamedToTheOthers) {
         << "rank " << r << ": " << st[r].ToString();
   }
   EXPECT_LT(seconds, 20.0);  // the 2 s grace, not the 60 s timeout
+  EXPECT_FALSE(HasKey(*store, "choir/world#1/hello/0"));  // no world of 3 was touched
+}
+
+// A process outside its world that comes before the others stops the world
+// they start within its grace, whatever its own world size.
+TEST(CreateFailureTest, ARankOutsideTheWorldThatComesFirstIsNamedToTheOthers) {
+  for (const Joiner stray : {Joiner{3, 3}, Joiner{7, 4}}) {
+    SCOPED_TRACE("stray rank " + std::to_string(stray.rank) + " of " + std::to_string(stray.size));
+    auto store = NewMemoryStore();
+    Status bad;
+    const auto t0 = Clock::now();
+    std::thread first([&] { bad = Communicator::Create(store, stray.rank, stray.size, Opts()).status(); });
+    WaitForKey(*store, "choir/world/failure/1");  // it is in its grace
+    std::vector<Status> st(3);
+    std::vector<std::thread> th;
+    for (int r = 0; r < 3; ++r) {
+      th.emplace_back([&, r] { st[static_cast<size_t>(r)] = Communicator::Create(store, r, 4, Opts()).status(); });
+    }
+    for (auto& t : th) t.join();
+    first.join();
+    EXPECT_EQ(bad.code(), Code::kInvalidRank) << bad.ToString();
+    const std::string said =
+        "rank " + std::to_string(stray.rank) + " is outside [0, " + std::to_string(stray.size) + ")";
+    for (size_t r = 0; r < st.size(); ++r) {
+      EXPECT_EQ(st[r].code(), Code::kRemoteError) << "rank " << r << ": " << st[r].ToString();
+      EXPECT_NE(st[r].message().find(said), std::string::npos) << "rank " << r << ": " << st[r].ToString();
+    }
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 20.0);
+    EXPECT_TRUE(HasKey(*store, "choir/world#0/filling/4"));  // the world of 4 was filled,
+    EXPECT_FALSE(HasKey(*store, "choir/world#0/filling/3"));  // not one of 3
+  }
+}
+
+// A rank that took its position but never recorded its size (it stopped
+// right after its Add, or is an older choir) does not make a process outside
+// its world take the range for whole: after the grace it fills the world
+// its own size gives.
+TEST(CreateFailureTest, ARankOutsideTheWorldFillsItsOwnSizeWhenNoSizeIsRecorded) {
+  auto store = NewMemoryStore();
+  ASSERT_TRUE(store->Add("choir/world/joined", 2).ok());  // two ranks that recorded nothing
+  const Status bad = Communicator::Create(store, 3, 3, Opts()).status();
+  EXPECT_EQ(bad.code(), Code::kInvalidRank) << bad.ToString();
+  EXPECT_EQ(bad.message().find("the last process to join"), std::string::npos) << bad.ToString();
+  EXPECT_TRUE(HasKey(*store, "choir/world#0/filling/3"));
+  const Result<std::string> hello = store->Get("choir/world#0/hello/2");
+  ASSERT_TRUE(hello.ok()) << hello.status().ToString();
+  EXPECT_TRUE(transport::ParseJoinFailure(*hello).has_value()) << *hello;
 }
 
 // The same process leaves a world of another size alone when that world
@@ -245,12 +291,16 @@ TEST(CreateFailureTest, ARankOutsideASmallerWorldDoesNotStopAWorldThatForms) {
   for (int r = 0; r < 3; ++r) WaitForKey(*store, "choir/world#0/hello/" + std::to_string(r));
   Status stray_status;
   std::thread stray([&] { stray_status = Communicator::Create(store, 3, 3, Opts()).status(); });
-  std::this_thread::sleep_for(500ms);  // it is in its grace
+  WaitForKey(*store, "choir/world/failure/1");  // it is in its grace
   st[3] = Communicator::Create(store, 3, 4, Opts()).status();
   for (auto& t : th) t.join();
   stray.join();
   EXPECT_EQ(stray_status.code(), Code::kInvalidRank) << stray_status.ToString();
+  EXPECT_NE(stray_status.message().find("was started as one of 4 ranks and this one as one of 3"), std::string::npos)
+      << stray_status.ToString();
   for (size_t r = 0; r < st.size(); ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].ToString();
+  EXPECT_FALSE(HasKey(*store, "choir/world#0/filling/4"));
+  EXPECT_FALSE(HasKey(*store, "choir/world#1/hello/0"));
 }
 
 // A process outside the world that comes while the world is still forming

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "base/logging.h"
+#include "comm/join_sizes.h"
 #include "transport/join_failure.h"
 
 namespace choir::comm {
@@ -25,6 +26,12 @@ constexpr std::chrono::seconds kStrayGrace{2};
 // Larger worlds are not filled (a value per missing hello would be too much
 // for the store): their timeout names the failure.
 constexpr int kMaxFilledWorld = 65536;
+
+// An incarnation of a communicator name whose missing hellos may be filled.
+struct World {
+  int64_t incarnation;
+  int size;
+};
 
 std::string FailureCountKey(const std::string& name) { return "choir/" + name + "/failures"; }
 
@@ -43,6 +50,36 @@ std::optional<JoinFailure> ReadFailureRecord(Store& store, const std::string& na
 JoinFailure WholeFailure(Store& store, const std::string& name, const JoinFailure& f) {
   if (!f.error.empty() || f.index <= 0) return f;
   return ReadFailureRecord(store, name, f.index).value_or(f);
+}
+
+// The world a process outside its own stops: it took no position, and
+// `position` is the counter's value when it failed. After the grace, the
+// world whose range holds both that position and the next one to be taken,
+// if someone joined it: of the world size the ranks before the next
+// position recorded (comm/join_sizes.h), or the process's own when none is
+// recorded. So one process too many neither stops a world that forms within
+// the grace nor touches a later incarnation, whichever of the ranks came
+// first. Only a size that was read says that a range is whole: a rank that
+// has taken its position but not yet recorded its size (or never will)
+// leaves the question open until the last look.
+Result<std::optional<World>> StrayWorld(Store& store, const std::string& name, int64_t position, int size) {
+  const auto until = std::chrono::steady_clock::now() + kStrayGrace;
+  while (true) {
+    const bool last_look = std::chrono::steady_clock::now() >= until;
+    CHOIR_ASSIGN_OR_RETURN(const int64_t joined, store.Add("choir/" + name + "/joined", 0));
+    std::optional<JoinSizeRecord> record;
+    // The last position's record, else (not written yet) the one before it.
+    for (int64_t p = joined - 1; p >= std::max<int64_t>(0, joined - 2) && !record; --p) {
+      const auto wait = std::chrono::milliseconds(last_look && p == joined - 1 ? 100 : 0);
+      CHOIR_ASSIGN_OR_RETURN(record, ReadJoinSize(store, name, p, wait, Deadline::Infinite()));
+    }
+    const int theirs = record ? record->size : size;
+    const int64_t k = position / theirs;
+    const bool whole = joined >= (k + 1) * theirs;  // that range is complete: its world formed
+    if (whole && (record || last_look)) return std::optional<World>();
+    if (last_look) return joined > k * theirs ? std::optional<World>(World{k, theirs}) : std::optional<World>();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 // Whether the process that left failure `f` has since joined as its rank (a
@@ -90,9 +127,9 @@ bool IsJoinFailureToReport(const Status& s) {
 // incarnation fills every hello still missing in the one its join position
 // falls in (a rank given twice also the next one, where the ranks that join
 // after its surplus join land; a process outside the world only after the
-// grace, and only a partly joined incarnation, also of the world of another
-// size whose range holds its position; a world-size conflict, found before
-// the hello, also the next one and the other rank's world). After
+// grace, and only a partly joined incarnation, of the world size the rank
+// before it recorded: StrayWorld; a world-size conflict, found before the
+// hello, also the next one and the other rank's world). After
 // it, they wait for its
 // segment, its readiness or its TCP connection: those keys and `failed` get
 // the failure. Stops at the first store error (a store that does not answer
@@ -102,28 +139,20 @@ void ReportJoinFailure(const std::shared_ptr<Store>& store, const JoinStanding& 
   const int rank = at.rank;
   JoinFailure failure{rank, getpid(), at.host, at.where, NowNanos(), error.ToString()};
   const int64_t incarnation = at.position / at.size;
-  // The incarnations whose missing hellos may be filled.
-  struct World {
-    int64_t incarnation;
-    int size;
-    bool stray;  // this process is outside it: fill only after the grace
-  };
   const bool stray = rank < 0 || rank >= at.size;
+  // The incarnations whose missing hellos are filled (a stray's: StrayWorld).
   std::vector<World> worlds;
   if (at.conflict) {
     // A world-size conflict (comm/join_sizes.h): positions are out of step
     // with this world size, so the ranks of its size that come after it
     // land in its incarnation or the next; and the other rank's world
     // cannot form when its range holds this rank's position.
-    worlds.push_back({incarnation, at.size, false});
-    worlds.push_back({incarnation + 1, at.size, false});
-    if (at.other_incarnation >= 0) worlds.push_back({at.other_incarnation, at.other_size, false});
-  } else if (!at.hello_published) {
-    worlds.push_back({incarnation, at.size, stray});
-    if (at.twice) worlds.push_back({incarnation + 1, at.size, stray});
-    // A process outside its world whose position lies in the range of a
-    // world of another size (the ranks before it): that world waits there.
-    if (stray && at.other_incarnation >= 0) worlds.push_back({at.other_incarnation, at.other_size, true});
+    worlds.push_back({incarnation, at.size});
+    worlds.push_back({incarnation + 1, at.size});
+    if (at.other_incarnation >= 0) worlds.push_back({at.other_incarnation, at.other_size});
+  } else if (!at.hello_published && !stray) {
+    worlds.push_back({incarnation, at.size});
+    if (at.twice) worlds.push_back({incarnation + 1, at.size});
   }
   auto report = [&]() -> Status {
     CHOIR_ASSIGN_OR_RETURN(failure.index, store->Add(FailureCountKey(name), 1));
@@ -143,6 +172,10 @@ void ReportJoinFailure(const std::shared_ptr<Store>& store, const JoinStanding& 
     JoinFailure pointer = failure;
     pointer.error.clear();
     const std::string value = transport::JoinFailureValue(pointer);
+    if (stray && !at.hello_published) {
+      CHOIR_ASSIGN_OR_RETURN(const std::optional<World> w, StrayWorld(*store, name, at.position, at.size));
+      if (w) worlds.push_back(*w);
+    }
     for (const World& w : worlds) {
       const int64_t k = w.incarnation;
       const int size = w.size;
@@ -150,25 +183,6 @@ void ReportJoinFailure(const std::shared_ptr<Store>& store, const JoinStanding& 
       std::vector<std::string> keys;
       keys.reserve(static_cast<size_t>(size));
       for (int r = 0; r < size; ++r) keys.push_back(fmt::format("choir/{}#{}/hello/{}", name, k, r));
-      if (w.stray) {
-        // Nobody waits in it unless it is the incarnation partly joined.
-        auto partly_joined = [&]() -> Result<bool> {
-          CHOIR_ASSIGN_OR_RETURN(const int64_t joined, store->Add("choir/" + name + "/joined", 0));
-          return joined % size != 0 && joined / size == k;
-        };
-        CHOIR_ASSIGN_OR_RETURN(const bool waited_in, partly_joined());
-        if (!waited_in) continue;
-        // One process too many for a world that forms all the same must not
-        // stop it. (Polled, not a Wait: a store Wait that times out can
-        // leave a reply behind, as torch 1.13's TCPStore does.)
-        for (const auto until = std::chrono::steady_clock::now() + kStrayGrace;
-             std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(std::chrono::milliseconds(100))) {
-          CHOIR_ASSIGN_OR_RETURN(const bool all, store->Check(keys));
-          if (all) break;
-        }
-        CHOIR_ASSIGN_OR_RETURN(const bool still, partly_joined());
-        if (!still) continue;
-      }
       // The first failing rank of an incarnation (of this world size) fills
       // it; after that no hello is missing there (keys are never removed).
       CHOIR_ASSIGN_OR_RETURN(const int64_t filler,

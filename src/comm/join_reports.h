@@ -33,9 +33,7 @@ struct JoinStanding {
   bool hello_published = false;  // its hello is in the store
   // A world-size conflict with the rank before it (comm/join_sizes.h): the
   // missing hellos of its own incarnation and the next are filled, and of
-  // that rank's world (size and incarnation, when given) too. A process
-  // outside its world gives that world only (after the stray grace), and no
-  // conflict: it took no position.
+  // that rank's world (size and incarnation, when given) too.
   bool conflict = false;
   int other_size = 0;
   int64_t other_incarnation = -1;

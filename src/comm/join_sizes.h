@@ -21,7 +21,9 @@
 #ifndef CHOIR_COMM_JOIN_SIZES_H_
 #define CHOIR_COMM_JOIN_SIZES_H_
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "base/clock.h"
@@ -38,6 +40,19 @@ std::string JoinSizeKey(const std::string& name, int64_t position);
 // that finds a mismatch.
 Status PublishJoinSize(Store& store, const std::string& name, int64_t position, int rank, int size,
                        const std::string& host);
+
+// What the rank at a position recorded.
+struct JoinSizeRecord {
+  int size = 0;
+  std::string who;  // "rank R (pid P on HOST)"
+};
+
+// The record at `position`, polled for up to `wait` (the rank there records
+// it right after its Add); none when it is not there by then (an older
+// choir, or a rank that stopped right after its Add) or holds no size
+// (another program's key); a store error as it is.
+Result<std::optional<JoinSizeRecord>> ReadJoinSize(Store& store, const std::string& name, int64_t position,
+                                                   std::chrono::milliseconds wait, Deadline deadline);
 
 // The world of the rank before this one, when this rank's position lies in
 // its range (so it cannot form); none when its range ended before.

@@ -58,6 +58,9 @@ struct Work::State {
   // callback running for one of its operations must not wait for another of
   // them: only that engine's thread would run it.
   const void* owner = nullptr;
+  // In a forked child, the first of the threads that wait for an operation
+  // the parent queued completes it with the error (comm_impl.cc).
+  std::atomic<uint32_t> failing_in_child{0};
 
   bool is_done() const { return done.load(std::memory_order_acquire) != 0; }
   // Callbacks run before waiters are released, so that once Wait() returns
