@@ -942,6 +942,18 @@ TEST(CommFailureTest, RootsThatDisagreeInAFlatBroadcastOrScatterAreFoundAtTheNex
   }
 }
 
+// In the parent of a forked child: closes the pipe's write end, reads what
+// the child wrote until it closes its end, and reaps the child.
+std::string ReadChildReport(const int fds[2], pid_t child, int* wstatus) {
+  close(fds[1]);
+  std::string report;
+  char buf[512];
+  for (ssize_t k; (k = read(fds[0], buf, sizeof(buf))) > 0;) report.append(buf, static_cast<size_t>(k));
+  close(fds[0]);
+  waitpid(child, wstatus, 0);
+  return report;
+}
+
 // A child forked from a rank's process holds a copy of its communicators: it
 // may not run operations (they would be matched against the parent's peers)
 // or abort them, and destroying a copy leaves the parent's connections,
@@ -965,13 +977,8 @@ TEST(CommFailureTest, AForkedChildCannotUseItsParentsCommunicator) {
           const ssize_t written = write(fds[1], report.data(), report.size());
           _exit(written == static_cast<ssize_t>(report.size()) ? 0 : 1);
         }
-        close(fds[1]);
-        std::string report;
-        char buf[512];
-        for (ssize_t k; (k = read(fds[0], buf, sizeof(buf))) > 0;) report.append(buf, static_cast<size_t>(k));
-        close(fds[0]);
         int wstatus = 0;
-        waitpid(child, &wstatus, 0);
+        const std::string report = ReadChildReport(fds, child, &wstatus);
         if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
           return Status(Code::kInternal, "the child ended with status " + std::to_string(wstatus));
         }
@@ -1022,13 +1029,8 @@ TEST(CommFailureTest, AForkedChildWaitingForItsParentsQueuedOperationIsToldAtOnc
       const ssize_t written = write(fds[1], report.data(), report.size());
       _exit(written == static_cast<ssize_t>(report.size()) ? 0 : 1);
     }
-    close(fds[1]);
-    std::string report;
-    char buf[512];
-    for (ssize_t k; (k = read(fds[0], buf, sizeof(buf))) > 0;) report.append(buf, static_cast<size_t>(k));
-    close(fds[0]);
     int wstatus = 0;
-    waitpid(child, &wstatus, 0);
+    const std::string report = ReadChildReport(fds, child, &wstatus);
     child_done.store(true);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
