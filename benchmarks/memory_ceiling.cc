@@ -1,12 +1,14 @@
 // memory_ceiling: the fastest any same-host collective can be on this
 // machine, measured. N processes each run the least memory work one rank of
 // a collective must do — every input byte read once from memory, every output
-// byte written once (streaming stores), exchanged data taken from a cache —
+// byte written once (with the faster kind of store), exchanged data taken
+// from a cache —
 // on private buffers, at the same time, with choir's own copy and reduce
 // kernels, and no communication at all. The slowest process's time per
 // iteration gives the bus bandwidth nccl-tests would report for it.
 //
-//   bin/choir_memory_ceiling [--ranks 2] [--sizes 16M,64M,256M] [--iters 10] [--json FILE]
+//   bin/choir_memory_ceiling [--ranks 2] [--sizes 16M,64M,256M] [--iters 10]
+//       [--ops allreduce,reduce_scatter,allgather,allgather_cma] [--json FILE]
 //
 // Per rank, for a buffer of N bytes (nccl-tests' convention: the per-rank
 // buffer of allreduce, the whole buffer of reduce_scatter and allgather):
@@ -27,8 +29,9 @@
 // no synchronization. No single-copy heap allgather can beat it.
 //
 // --json FILE also writes the rows as {"ranks", "iters", "isa", "results":
-// [{"op", "bytes", "time_us", "busbw_gbps", "stores"}]} (a refused allgather_cma row
+// [{"op", "bytes", "time_us", "busbw_gbps", "stores"}]} (a failed row
 // has "refused": true and no figures); benchmarks/compare reads it.
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,9 +69,12 @@ struct Shared {
   double seconds[2][64][256];  // [plain, streaming][rank][iteration]
 };
 
-void Barrier(Shared* s, int ranks, int round) {
+// With more processes than CPUs the waiting ones yield, so that the ones
+// still working get the CPUs.
+void Barrier(Shared* s, int ranks, int round, bool yield) {
   s->arrived.fetch_add(1);
   while (s->arrived.load() < ranks * round) {
+    if (yield) sched_yield();
   }
 }
 
@@ -114,19 +120,37 @@ int main(int argc, char** argv) {
   int ranks = 2;
   int iters = 10;
   std::string sizes = "16M,64M,256M";
+  std::string ops = "allreduce,reduce_scatter,allgather,allgather_cma";
   std::string json_path;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  const char* usage =
+      "usage: %s [--ranks N] [--sizes 16M,64M,256M] [--iters N] "
+      "[--ops allreduce,reduce_scatter,allgather,allgather_cma] [--json FILE]\n";
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::printf(usage, argv[0]);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s: flag '%s' needs a value\n", argv[0], flag.c_str());
+      return 2;
+    }
     if (flag == "--ranks") {
       ranks = std::atoi(argv[i + 1]);
     } else if (flag == "--iters") {
       iters = std::atoi(argv[i + 1]);
     } else if (flag == "--sizes") {
       sizes = argv[i + 1];
+    } else if (flag == "--ops") {
+      ops = argv[i + 1];
     } else if (flag == "--json") {
       json_path = argv[i + 1];
+      if (json_path.empty()) {
+        std::fprintf(stderr, "%s: --json needs a file name\n", argv[0]);
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: %s [--ranks N] [--sizes 16M,64M,256M] [--iters N] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr, usage, argv[0]);
       return 2;
     }
   }
@@ -134,10 +158,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--ranks must be 2..64 and --iters 1..255\n");
     return 2;
   }
-  if (argc % 2 == 0) {
-    std::fprintf(stderr, "%s: flag '%s' needs a value\n", argv[0], argv[argc - 1]);
-    return 2;
+  const std::vector<std::string> op_list = choir::strings::Split(ops, ',');
+  for (const std::string& op : op_list) {
+    if (op != "allreduce" && op != "reduce_scatter" && op != "allgather" && op != "allgather_cma") {
+      std::fprintf(stderr, "unknown op '%s' (allreduce, reduce_scatter, allgather, allgather_cma)\n", op.c_str());
+      return 2;
+    }
   }
+  // Opened first: a path that cannot be written fails before the run.
+  std::FILE* json_file = nullptr;
+  if (!json_path.empty() && (json_file = std::fopen(json_path.c_str(), "w")) == nullptr) {
+    std::fprintf(stderr, "cannot write %s: %s\n", json_path.c_str(), std::strerror(errno));
+    return 1;
+  }
+  const bool yield = ranks > static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   std::string rows;  // --json "results" entries
   auto add_row = [&rows](const std::string& op, size_t bytes, const std::string& figures) {
     rows += fmt::format("{}\n    {{\"op\": \"{}\", \"bytes\": {}, {}}}", rows.empty() ? "" : ",", op, bytes, figures);
@@ -145,7 +179,7 @@ int main(int argc, char** argv) {
   std::printf("# memory ceiling: %d processes, kernels %s; busbw as nccl-tests, median over %d iterations (slowest process)\n",
               ranks, choir::kernels::ActiveIsa(), iters);
   std::printf("# %-15s %12s %10s %10s  %s\n", "op", "bytes", "time(us)", "busbw", "stores");
-  for (const std::string op : {"allreduce", "reduce_scatter", "allgather", "allgather_cma"}) {
+  for (const std::string& op : op_list) {
     for (const std::string& text : choir::strings::Split(sizes, ',')) {
       auto parsed = choir::strings::ParseBytes(text);
       if (!parsed || *parsed < 4096) {
@@ -172,7 +206,7 @@ int main(int argc, char** argv) {
           int round = 0;
           for (int kind = 0; kind < kinds; ++kind) {
             for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
-              Barrier(s, ranks, ++round);
+              Barrier(s, ranks, ++round, yield);
               const auto t0 = std::chrono::steady_clock::now();
               ok = Work(op, ranks, r, bytes, in, out, s, /*streaming=*/kind == 1) && ok;
               const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -180,19 +214,20 @@ int main(int argc, char** argv) {
             }
           }
           // Peers may still read this rank's input: leave together.
-          Barrier(s, ranks, ++round);
+          Barrier(s, ranks, ++round, yield);
           _exit(ok ? 0 : 3);
         }
         children.push_back(pid);
       }
-      bool refused = false;
+      bool failed = false;
       for (pid_t pid : children) {
         int status = 0;
         waitpid(pid, &status, 0);
-        refused = refused || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+        failed = failed || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
       }
-      if (refused) {
-        std::printf("  %-15s %12zu %10s %10s  (process_vm_readv refused here)\n", op.c_str(), bytes, "-", "-");
+      if (failed) {
+        std::printf("  %-15s %12zu %10s %10s  (%s)\n", op.c_str(), bytes, "-", "-",
+                    op == "allgather_cma" ? "process_vm_readv refused here" : "a process failed");
         add_row(op, bytes, "\"refused\": true");
         munmap(s, sizeof(Shared));
         continue;
@@ -223,12 +258,8 @@ int main(int argc, char** argv) {
       munmap(s, sizeof(Shared));
     }
   }
-  if (!json_path.empty()) {
-    std::FILE* f = std::fopen(json_path.c_str(), "w");
-    if (f == nullptr) {
-      std::fprintf(stderr, "cannot write %s: %s\n", json_path.c_str(), std::strerror(errno));
-      return 1;
-    }
+  if (json_file != nullptr) {
+    std::FILE* f = json_file;
     const std::string doc = fmt::format("{{\"ranks\": {}, \"iters\": {}, \"isa\": \"{}\", \"results\": [{}\n]}}\n", ranks,
                                         iters, choir::kernels::ActiveIsa(), rows);
     const bool written = std::fputs(doc.c_str(), f) >= 0;

@@ -19,18 +19,19 @@ Status CommImpl::MismatchError(const Signature& mine, uint64_t seq,
   if (got.kind == static_cast<uint32_t>(transport::MsgKind::kCollective)) {
     const Signature theirs = Signature::Unpack(got.sig, got.count);
     if (got.seq != seq) {
-      // Data of an earlier one-directional collective that its sender ran as
-      // the root: this rank named another root there, and neither waited.
-      const bool root_sent = got.seq < seq && theirs.root == peer &&
-                             (theirs.kind == algorithms::CollKind::kBroadcast ||
-                              theirs.kind == algorithms::CollKind::kScatter);
+      // Data of an earlier broadcast or scatter that this rank never read:
+      // the ranks disagreed there (in its root, most likely), and the
+      // senders did not wait for anybody.
+      const bool rooted = got.seq < seq && (theirs.kind == algorithms::CollKind::kBroadcast ||
+                                            theirs.kind == algorithms::CollKind::kScatter);
       return Status(Code::kCollectiveMismatch,
                     fmt::format("{} but rank {} sent data for collective #{} {}: {}", me, peer, got.seq,
                                 theirs.ToString(),
-                                root_sent ? fmt::format("rank {} ran #{} as its root, so the ranks named different "
-                                                        "roots there (or issued a different number or order of "
-                                                        "collectives); make every rank name the same root",
-                                                        peer, got.seq)
+                                rooted ? fmt::format("this rank never read it in #{}, so the ranks named different "
+                                                     "roots or called different collectives there (or issued a "
+                                                     "different number or order of collectives); make every rank "
+                                                     "make the same calls with the same root",
+                                                     got.seq)
                                           : "the ranks issued a different number or order of collectives"));
     }
     if (!(theirs == mine)) {
