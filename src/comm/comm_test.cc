@@ -916,54 +916,34 @@ TEST(CommFailureTest, FullCheckCatchesRootMismatchAtOnce) {
   ExpectAllOk(results);
 }
 
-// Over TCP the same disagreement leaves the self-named roots' data on the
-// others' connections; the next collective reads it and names the roots.
-TEST(CommFailureTest, RootsThatDisagreeInABroadcastOrScatterOverTcpAreFoundAtTheNextCollective) {
-  for (const bool scatter : {false, true}) {
-    for (int n : {2, 3}) {
-      auto results = RunRanks(n, [scatter, n](Communicator& comm) -> Status {
-        // 2 ranks: each is its own root; 3 ranks: roots 0, 0 and 2.
-        const int root = n == 2 ? comm.rank() : (comm.rank() == 2 ? 2 : 0);
-        std::vector<float> in(4 * static_cast<size_t>(n), 1.0f), out(4);
-        Status s = scatter ? comm.Scatter(in.data(), out.data(), 4, DataType::kFloat32, root).Wait()
-                           : comm.Broadcast(in.data(), in.data(), 4, DataType::kFloat32, root).Wait();
-        if (!s.ok()) return Status(Code::kInternal, "the rooted call itself failed: " + s.ToString());
-        s = comm.Allreduce(out.data(), out.data(), 4, DataType::kFloat32, ReduceOp::kSum).Wait();
-        if (s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "want E401, got " + s.ToString());
-        if (s.message().find("this rank never read it in #1, so the ranks named different roots") ==
-            std::string::npos) {
-          return Status(Code::kInternal, "uninformative: " + s.ToString());
-        }
-        return Status::Ok();
-      }, TransportOptions("tcp", 10s));
-      SCOPED_TRACE(std::to_string(n) + (scatter ? " ranks, scatter" : " ranks, broadcast"));
-      ExpectAllOk(results);
-    }
-  }
-}
-
-// A small broadcast or scatter root reads nobody's slot, so ranks that each
-// name themselves the root all finish it; the next collective that reads a
-// peer's slot finds that the ranks' histories differ, on every rank.
-TEST(CommFailureTest, RootsThatDisagreeInAFlatBroadcastOrScatterAreFoundAtTheNextCollective) {
-  for (const bool scatter : {false, true}) {
-    for (int n : {2, 3}) {
-      auto results = RunRanks(n, [scatter, n](Communicator& comm) -> Status {
-        // 2 ranks: each is its own root; 3 ranks: roots 0, 0 and 2.
-        const int root = n == 2 ? comm.rank() : (comm.rank() == 2 ? 2 : 0);
-        std::vector<float> in(4 * static_cast<size_t>(n), 1.0f), out(4);
-        Status s = scatter ? comm.Scatter(in.data(), out.data(), 4, DataType::kFloat32, root).Wait()
-                           : comm.Broadcast(in.data(), in.data(), 4, DataType::kFloat32, root).Wait();
-        if (!s.ok()) return Status(Code::kInternal, "the flat call itself failed: " + s.ToString());
-        s = comm.Allreduce(out.data(), out.data(), 4, DataType::kFloat32, ReduceOp::kSum).Wait();
-        if (s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "want E401, got " + s.ToString());
-        if (s.message().find("called different collectives earlier") == std::string::npos) {
-          return Status(Code::kInternal, "uninformative: " + s.ToString());
-        }
-        return Status::Ok();
-      }, TransportOptions("shm", 10s));
-      SCOPED_TRACE(std::to_string(n) + (scatter ? " ranks, scatter" : " ranks, broadcast"));
-      ExpectAllOk(results);
+// A broadcast or scatter whose ranks each name themselves the root waits for
+// nobody, so they all finish it; the next collective finds the disagreement,
+// on every rank. On one host the small call's root reads nobody's slot, and
+// the ranks' slot histories differ at the next collective that reads one;
+// over TCP the self-named roots' data waits on the others' connections, and
+// the next collective reads it.
+TEST(CommFailureTest, RootsThatDisagreeInABroadcastOrScatterAreFoundAtTheNextCollective) {
+  const std::pair<std::string, std::string> kinds[] = {
+      {"shm", "called different collectives earlier"},
+      {"tcp", "this rank never read it in #1, so the ranks named different roots"}};
+  for (const auto& [transport, said] : kinds) {
+    for (const bool scatter : {false, true}) {
+      for (int n : {2, 3}) {
+        auto results = RunRanks(n, [scatter, n, said = said](Communicator& comm) -> Status {
+          // 2 ranks: each is its own root; 3 ranks: roots 0, 0 and 2.
+          const int root = n == 2 ? comm.rank() : (comm.rank() == 2 ? 2 : 0);
+          std::vector<float> in(4 * static_cast<size_t>(n), 1.0f), out(4);
+          Status s = scatter ? comm.Scatter(in.data(), out.data(), 4, DataType::kFloat32, root).Wait()
+                             : comm.Broadcast(in.data(), in.data(), 4, DataType::kFloat32, root).Wait();
+          if (!s.ok()) return Status(Code::kInternal, "the rooted call itself failed: " + s.ToString());
+          s = comm.Allreduce(out.data(), out.data(), 4, DataType::kFloat32, ReduceOp::kSum).Wait();
+          if (s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "want E401, got " + s.ToString());
+          if (s.message().find(said) == std::string::npos) return Status(Code::kInternal, "uninformative: " + s.ToString());
+          return Status::Ok();
+        }, TransportOptions(transport, 10s));
+        SCOPED_TRACE(transport + ", " + std::to_string(n) + (scatter ? " ranks, scatter" : " ranks, broadcast"));
+        ExpectAllOk(results);
+      }
     }
   }
 }
