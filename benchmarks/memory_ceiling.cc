@@ -47,9 +47,10 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "algorithms/local_ops.h"
+#include "base/json_text.h"
 #include "base/strings.h"
 #include "kernels/reduce.h"
 
@@ -172,10 +173,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const bool yield = ranks > static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  std::string rows;  // --json "results" entries
-  auto add_row = [&rows](const std::string& op, size_t bytes, const std::string& figures) {
-    rows += fmt::format("{}\n    {{\"op\": \"{}\", \"bytes\": {}, {}}}", rows.empty() ? "" : ",", op, bytes, figures);
-  };
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();  // --json "results"
   std::printf("# memory ceiling: %d processes, kernels %s; busbw as nccl-tests, median over %d iterations (slowest process)\n",
               ranks, choir::kernels::ActiveIsa(), iters);
   std::printf("# %-15s %12s %10s %10s  %s\n", "op", "bytes", "time(us)", "busbw", "stores");
@@ -228,7 +226,7 @@ int main(int argc, char** argv) {
       if (failed) {
         std::printf("  %-15s %12zu %10s %10s  (%s)\n", op.c_str(), bytes, "-", "-",
                     op == "allgather_cma" ? "process_vm_readv refused here" : "a process failed");
-        add_row(op, bytes, "\"refused\": true");
+        rows.push_back({{"op", op}, {"bytes", bytes}, {"refused", true}});
         munmap(s, sizeof(Shared));
         continue;
       }
@@ -252,18 +250,16 @@ int main(int argc, char** argv) {
       const char* stores = op == "allgather_cma" ? "kernel" : (best == 1 ? "streaming" : "plain");
       const double busbw = static_cast<double>(bytes) / t * BusFactor(op, ranks) / 1e9;
       std::printf("  %-15s %12zu %10.1f %10.3f  %s\n", op.c_str(), bytes, t * 1e6, busbw, stores);
-      add_row(op, bytes,
-              fmt::format("\"time_us\": {:.6g}, \"busbw_gbps\": {:.6g}, \"stores\": \"{}\"", t * 1e6, busbw, stores));
+      rows.push_back({{"op", op}, {"bytes", bytes}, {"time_us", t * 1e6}, {"busbw_gbps", busbw}, {"stores", stores}});
       std::fflush(stdout);
       munmap(s, sizeof(Shared));
     }
   }
   if (json_file != nullptr) {
-    std::FILE* f = json_file;
-    const std::string doc = fmt::format("{{\"ranks\": {}, \"iters\": {}, \"isa\": \"{}\", \"results\": [{}\n]}}\n", ranks,
-                                        iters, choir::kernels::ActiveIsa(), rows);
-    const bool written = std::fputs(doc.c_str(), f) >= 0;
-    if (std::fclose(f) != 0 || !written) {
+    const nlohmann::ordered_json doc = {
+        {"ranks", ranks}, {"iters", iters}, {"isa", choir::kernels::ActiveIsa()}, {"results", rows}};
+    const bool written = std::fputs((choir::JsonDump(doc, 2) + "\n").c_str(), json_file) >= 0;
+    if (std::fclose(json_file) != 0 || !written) {
       std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
       return 1;
     }

@@ -350,7 +350,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Create(std::shared_ptr<Store> store,
 
 Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& store, int rank, int size,
                                                  const CommOptions& options, const InheritedPlace* inherited,
-                                                 JoinStanding* progress) {
+                                                 JoinStanding* at) {
   const int64_t join_start = NowNanos();
   const std::string where_ns = NetworkNamespace();
   if (size < 1 || size > topology::kMaxWorldSize) {
@@ -361,7 +361,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
                                           std::to_string(size) + ")");
   }
   CHOIR_ASSIGN_OR_RETURN(CommConfig config, ResolveConfig(options));
-  progress->name = config.name;
+  at->name = config.name;
   WarnUnknownSettingsOnce();
   CHOIR_ASSIGN_OR_RETURN(PlaceChoice where, ChoosePlace(options, inherited, rank, size, config));
   const int64_t start = NowNanos();
@@ -369,18 +369,18 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
 
   // Each incarnation of a communicator name gets its own key space.
   CHOIR_ASSIGN_OR_RETURN(int64_t joined, store->Add("choir/" + config.name + "/joined", 1));
-  progress->position = joined - 1;
+  at->position = joined - 1;
   // Ranks started with other world sizes would compute other incarnations
   // and wait for each other until their timeout (comm/join_sizes.h).
-  CHOIR_RETURN_IF_ERROR(PublishJoinSize(*store, config.name, progress->position, rank, size, HostName()));
+  CHOIR_RETURN_IF_ERROR(PublishJoinSize(*store, config.name, at->position, rank, size, HostName()));
   // Before the claim: a conflict also puts ranks into incarnations whose
   // ranks are taken, and the rank-given-twice error would name the wrong cause.
   JoinSizeConflict conflict;
-  if (Status sized = CheckSizeOfRankBefore(*store, config.name, progress->position, rank, size, deadline, &conflict);
+  if (Status sized = CheckSizeOfRankBefore(*store, config.name, at->position, rank, size, deadline, &conflict);
       !sized.ok()) {
-    progress->conflict = sized.code() == Code::kInvalidWorldSize;
-    progress->other_size = conflict.size;
-    progress->other_incarnation = conflict.incarnation;
+    at->conflict = sized.code() == Code::kInvalidWorldSize;
+    at->other_size = conflict.size;
+    at->other_incarnation = conflict.incarnation;
     return sized.WithContext("rank " + std::to_string(rank) + " joining communicator '" + config.name + "'");
   }
   config.uid = config.name + "#" + std::to_string((joined - 1) / size);
@@ -406,7 +406,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   const std::string claim_key = "claim/" + std::to_string(rank);
   CHOIR_ASSIGN_OR_RETURN(const int64_t claims, scoped->Add(claim_key, 1));
   if (claims > 1) {
-    progress->twice = true;
+    at->twice = true;
     return Status(Code::kInvalidRank,
                   fmt::format("rank {} of communicator '{}' was already taken by another process: two processes "
                               "were started with the same rank (RANK={}); give every process its own rank and "
@@ -414,7 +414,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
                               rank, config.name, rank));
   }
   CHOIR_RETURN_IF_ERROR(scoped->Set("hello/" + std::to_string(rank), hello_text));
-  progress->hello_published = true;
+  at->hello_published = true;
 
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back("hello/" + std::to_string(r));

@@ -129,10 +129,9 @@ bool IsJoinFailureToReport(const Status& s) {
 // after its surplus join land; a process outside the world only after the
 // grace, and only a partly joined incarnation, of the world size the rank
 // before it recorded: StrayWorld; a world-size conflict, found before the
-// hello, also the next one and the other rank's world). After
-// it, they wait for its
-// segment, its readiness or its TCP connection: those keys and `failed` get
-// the failure. Stops at the first store error (a store that does not answer
+// hello, also the next one and the other rank's world). After it, they wait
+// for its segment, its readiness or its TCP connection: those keys and
+// `failed` get the failure. Stops at the first store error (a store that does not answer
 // would make every further call wait for its own timeout).
 void ReportJoinFailure(const std::shared_ptr<Store>& store, const JoinStanding& at, const Status& error) {
   const std::string& name = at.name;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/json_text.h"
 #include "transport/join_failure.h"
 
 namespace choir::comm {
@@ -24,7 +25,7 @@ std::string JoinSizeKey(const std::string& name, int64_t position) {
 Status PublishJoinSize(Store& store, const std::string& name, int64_t position, int rank, int size,
                        const std::string& host) {
   const json value = {{"size", size}, {"rank", rank}, {"pid", static_cast<int64_t>(getpid())}, {"host", host}};
-  return store.Set(JoinSizeKey(name, position), value.dump(-1, ' ', false, json::error_handler_t::replace));
+  return store.Set(JoinSizeKey(name, position), JsonDump(value));
 }
 
 Result<std::optional<JoinSizeRecord>> ReadJoinSize(Store& store, const std::string& name, int64_t position,

@@ -89,39 +89,6 @@ size_t RecvElems(const std::string& op, size_t count, int n) {
   return op == "allgather" || op == "alltoall" ? count * static_cast<size_t>(n) : count;
 }
 
-// One call of a collective as the benchmark times it, chosen once per size
-// (IssuerFor): comparing the op's name in every timed call would add string
-// compares to every iteration, which the MPI benchmark does not pay either.
-using Issuer = Work (*)(Communicator& c, uint8_t* send, uint8_t* recv, size_t count, DataType t, ReduceOp rop,
-                        int root, const CallOptions& call);
-
-Issuer IssuerFor(const std::string& op) {
-  if (op == "allreduce") {
-    return [](Communicator& c, uint8_t* send, uint8_t* recv, size_t count, DataType t, ReduceOp rop, int,
-              const CallOptions& call) { return c.Allreduce(send, recv, count, t, rop, call); };
-  }
-  if (op == "reduce_scatter") {
-    return [](Communicator& c, uint8_t* send, uint8_t* recv, size_t count, DataType t, ReduceOp rop, int,
-              const CallOptions& call) { return c.ReduceScatter(send, recv, count, t, rop, call); };
-  }
-  if (op == "allgather") {
-    return [](Communicator& c, uint8_t* send, uint8_t* recv, size_t count, DataType t, ReduceOp, int,
-              const CallOptions& call) { return c.Allgather(send, recv, count, t, call); };
-  }
-  if (op == "broadcast") {
-    // In place, as MPI_Bcast and torch.distributed.broadcast are (the root
-    // sends from the buffer it receives into): no extra copy on the root.
-    return [](Communicator& c, uint8_t*, uint8_t* recv, size_t count, DataType t, ReduceOp, int root,
-              const CallOptions& call) { return c.Broadcast(recv, recv, count, t, root, call); };
-  }
-  if (op == "reduce") {
-    return [](Communicator& c, uint8_t* send, uint8_t* recv, size_t count, DataType t, ReduceOp rop, int root,
-              const CallOptions& call) { return c.Reduce(send, recv, count, t, rop, root, call); };
-  }
-  return [](Communicator& c, uint8_t* send, uint8_t* recv, size_t count, DataType t, ReduceOp, int,
-            const CallOptions& call) { return c.Alltoall(send, recv, count, t, call); };
-}
-
 // Bounds on counts that size the benchmark's own memory (every iteration's
 // time is kept and gathered on rank 0).
 constexpr int64_t kMaxIters = 1000000;
@@ -594,8 +561,18 @@ class PerfCommand : public Subcommand {
     return Status::Ok();
   }
 
-  Work Issue(Communicator& c, Issuer issue, DataType t, ReduceOp rop, size_t count, const CallOptions& call) {
-    return issue(c, send_.data(), recv_.data(), count, t, rop, root_, call);
+  Work Issue(Communicator& c, const std::string& op, DataType t, ReduceOp rop, size_t count,
+             const CallOptions& call) {
+    uint8_t* send = send_.data();
+    uint8_t* recv = recv_.data();
+    if (op == "allreduce") return c.Allreduce(send, recv, count, t, rop, call);
+    if (op == "reduce_scatter") return c.ReduceScatter(send, recv, count, t, rop, call);
+    if (op == "allgather") return c.Allgather(send, recv, count, t, call);
+    // In place, as MPI_Bcast and torch.distributed.broadcast are (the root
+    // sends from the buffer it receives into): no extra copy on the root.
+    if (op == "broadcast") return c.Broadcast(recv, recv, count, t, root_, call);
+    if (op == "reduce") return c.Reduce(send, recv, count, t, rop, root_, call);
+    return c.Alltoall(send, recv, count, t, call);
   }
 
   Status Measure(Communicator& c, const std::string& op, DataType t, ReduceOp rop, size_t count, Sample* s) {
@@ -611,13 +588,12 @@ class PerfCommand : public Subcommand {
     if (all_got == 0) return Status(Code::kShmError, "another rank could not allocate its --buffers " + buffers_ + " buffers");
     CallOptions call;
     call.algorithm = algo_;
-    const Issuer issue = IssuerFor(op);
-    for (int64_t i = 0; i < warmup_; ++i) CHOIR_RETURN_IF_ERROR(Issue(c, issue, t, rop, count, call).Wait());
+    for (int64_t i = 0; i < warmup_; ++i) CHOIR_RETURN_IF_ERROR(Issue(c, op, t, rop, count, call).Wait());
     // Rank 0 decides the iteration count so that every rank runs the same number.
     int64_t iters = iters_;
     if (iters == 0) {
       const int64_t t0 = NowNanos();
-      Work w = Issue(c, issue, t, rop, count, call);
+      Work w = Issue(c, op, t, rop, count, call);
       CHOIR_RETURN_IF_ERROR(w.Wait());
       const double one = std::max(1e-7, static_cast<double>(NowNanos() - t0) * 1e-9);
       iters = std::clamp<int64_t>(static_cast<int64_t>(time_per_size_ / one), 5, kMaxIters);
@@ -628,7 +604,7 @@ class PerfCommand : public Subcommand {
     const bool every_route = s->bytes >= kRoutesMinBytes;
     for (int64_t i = 0; i < iters; ++i) {
       const int64_t t0 = NowNanos();
-      Work w = Issue(c, issue, t, rop, count, call);
+      Work w = Issue(c, op, t, rop, count, call);
       CHOIR_RETURN_IF_ERROR(w.Wait());
       mine[static_cast<size_t>(i)] = static_cast<double>(NowNanos() - t0) * 1e-3;
       if (i == 0 || every_route) ++routes[w.info().algorithm];
