@@ -248,6 +248,59 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 1 * kMiB), "cma");
 }
 
+// The AMD Zen 4 table: the Zen 3 one, but with a core per rank allgather
+// takes cma from past the slots to 4 MiB and alltoall to 1 MiB; with ranks
+// sharing cores, or without single copy, the pipe as on Zen 3.
+TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAndAlltoall) {
+  algorithms::GroupView g = TwoRanksOneHost();
+  g.switch_table = algorithms::SwitchTable::kAmdZen4;
+  const std::vector<FlatWant> wants = {{algorithms::CollKind::kAllreduce, 16 * kKiB, 32 * kKiB},
+                                       {algorithms::CollKind::kReduceScatter, 64 * kKiB, 16 * kKiB},
+                                       {algorithms::CollKind::kAllgather, 64 * kKiB, 8 * kKiB},
+                                       {algorithms::CollKind::kBroadcast, 32 * kKiB, 64 * kKiB},
+                                       {algorithms::CollKind::kReduce, 32 * kKiB, 32 * kKiB},
+                                       {algorithms::CollKind::kAlltoall, 32 * kKiB, 32 * kKiB}};
+  ExpectFlatLimits(g, wants);
+  // Allgather: the slots hold 64 KiB blocks (128 KiB of buffer with 2 ranks).
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB + 128), "cma");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 4 * kMiB - 128), "cma");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 4 * kMiB), "shm_pipe");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 32 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 64 * kKiB), "cma");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 1 * kMiB - 128), "cma");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 1 * kMiB), "shm_pipe");
+  for (const uint64_t bytes : {256 * kKiB, 1 * kMiB, 16 * kMiB}) {
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, bytes), "shm_pipe") << bytes;
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, bytes), "shm_pipe") << bytes;
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, bytes), "shm_pipe") << bytes;
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, bytes), bytes >= 16 * kMiB ? "shm_pipe" : "cma") << bytes;
+  }
+  g.shares_cpus = true;
+  for (const uint64_t bytes : {256 * kKiB, 1 * kMiB, 4 * kMiB}) {
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, bytes), "shm_pipe") << bytes;
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, bytes), "shm_pipe") << bytes;
+  }
+  g.shares_cpus = false;
+  g.cma = false;
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 1 * kMiB), "shm_pipe");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 256 * kKiB), "shm_pipe");
+}
+
+// The Zen 4 model ranges of family 25; Zen 3 (models 0x00-0x0f, 0x20-0x5f)
+// and other families are not.
+TEST(SwitchPointsTest, Zen4IsFamily25ModelsOfThatGeneration) {
+  for (const int model : {0x10, 0x11, 0x1f, 0x61, 0x74, 0xa0, 0xaf}) {
+    EXPECT_TRUE(algorithms::IsZen4({0x19, model})) << model;
+  }
+  for (const int model : {0x00, 0x01, 0x0f, 0x21, 0x44, 0x50, 0x5f, 0x80, 0xb0}) {
+    EXPECT_FALSE(algorithms::IsZen4({0x19, model})) << model;
+  }
+  EXPECT_FALSE(algorithms::IsZen4({0x17, 0x31}));  // Zen 2
+  EXPECT_FALSE(algorithms::IsZen4({0x1a, 0x11}));  // Zen 5
+  EXPECT_FALSE(algorithms::IsZen4({0x06, 0xcf}));  // an Intel model number
+}
+
 // The pipe's chunks are its share (4 MiB pipe, 2 ranks: 1 MiB), bounded by
 // the L2 cache the host's ranks agreed on (512 KiB: 128 KiB chunks), seen
 // through the largest block a walk can count (2^23 - 2 steps).
@@ -270,24 +323,32 @@ TEST(SwitchPointsTest, PipeChunksFollowTheAgreedCache) {
 TEST(SwitchPointsTest, NotOneHostIsNotChosenHere) {
   algorithms::GroupView g = TwoRanksOneHost();
   g.same_host = false;
-  for (const auto table : {algorithms::SwitchTable::kIntel, algorithms::SwitchTable::kAmd}) {
+  for (const auto table :
+       {algorithms::SwitchTable::kIntel, algorithms::SwitchTable::kAmd, algorithms::SwitchTable::kAmdZen4}) {
     g.switch_table = table;
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 8), "generic");
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 64 * kMiB), "generic");
   }
 }
 
-// CHOIR_SHM_TUNING's values: intel and amd name their tables, auto follows
-// the CPU's maker (the Intel table for anything but AMD).
+// CHOIR_SHM_TUNING's values: intel, amd and amd-zen4 name their tables,
+// auto follows the CPU's maker and model (the Intel table for anything but
+// AMD, the Zen 4 one on Zen 4, the amd one on every other AMD CPU).
 TEST(SwitchPointsTest, SettingNamesATableOrFollowsTheCpu) {
-  for (const auto table : {algorithms::SwitchTable::kIntel, algorithms::SwitchTable::kAmd}) {
+  for (const auto table :
+       {algorithms::SwitchTable::kIntel, algorithms::SwitchTable::kAmd, algorithms::SwitchTable::kAmdZen4}) {
     EXPECT_EQ(algorithms::ParseSwitchTable(algorithms::SwitchTableName(table)), table);
     EXPECT_EQ(algorithms::SwitchTableFor(algorithms::SwitchTableName(table)), table);
   }
+  EXPECT_STREQ(algorithms::SwitchTableName(algorithms::SwitchTable::kAmdZen4), "amd-zen4");
   EXPECT_FALSE(algorithms::ParseSwitchTable("auto").has_value());
   EXPECT_FALSE(algorithms::ParseSwitchTable("AMD").has_value());
-  const auto here = topology::HostCpuVendor() == topology::CpuVendor::kAmd ? algorithms::SwitchTable::kAmd
-                                                                           : algorithms::SwitchTable::kIntel;
+  EXPECT_FALSE(algorithms::ParseSwitchTable("zen4").has_value());
+  auto here = algorithms::SwitchTable::kIntel;
+  if (topology::HostCpuVendor() == topology::CpuVendor::kAmd) {
+    here = algorithms::IsZen4(topology::HostCpuModel()) ? algorithms::SwitchTable::kAmdZen4
+                                                         : algorithms::SwitchTable::kAmd;
+  }
   EXPECT_EQ(algorithms::SwitchTableFor("auto"), here);
 }
 

@@ -1,5 +1,7 @@
 #include "algorithms/switch_points.h"
 
+#include <algorithm>
+
 #include "algorithms/algorithms.h"
 #include "params/params.h"
 #include "topology/machine.h"
@@ -94,19 +96,57 @@ uint64_t AmdPipeMin(CollKind kind, bool shares_cpus) {
   return 0;
 }
 
+// The AMD Zen 4 host (EPYC, family 25 model 17): the Zen 3 table but for
+// allgather and alltoall with a core per rank, where cma goes before the
+// pipe up to the size given (whole-buffer bytes). `choir perf -n 2 --op
+// allgather|alltoall --algo cma` against the Zen 3 table, 7 interleaved
+// launches of 100 calls, mean µs per call, median (min-max): allgather
+// 256 KiB 21.2 (16.1-25.8) against 31.0 (28.9-100), 1 MiB 80.1
+// (70.7-101) against 101 (92.9-375), 2 MiB 150 against 185, 4 MiB 332
+// against 443 and, in two other passes, 346 against 355 and 395 against
+// 355, 16 MiB 2889 against 1681; alltoall 128-512 KiB 1.1-1.5x faster
+// with cma, from 1 MiB the pipe 0.95-1.5x (docs/algorithms.md). The
+// pipe's launches also spread far more there (allgather 256 KiB: 20-170
+// µs over 7 launches, cma 16-30). With 4 ranks on the 2 cores the pipe
+// won at every size, 256 KiB-4 MiB (1.3-2.5x): it keeps them.
+uint64_t Zen4CmaBelow(CollKind kind, bool shares_cpus) {
+  if (shares_cpus) return 0;
+  if (kind == CollKind::kAllgather) return 4 * kMiB;
+  if (kind == CollKind::kAlltoall) return 1 * kMiB;
+  return 0;
+}
+
 }  // namespace
 
-const char* SwitchTableName(SwitchTable table) { return table == SwitchTable::kAmd ? "amd" : "intel"; }
+const char* SwitchTableName(SwitchTable table) {
+  switch (table) {
+    case SwitchTable::kAmd:
+      return "amd";
+    case SwitchTable::kAmdZen4:
+      return "amd-zen4";
+    default:
+      return "intel";
+  }
+}
 
 std::optional<SwitchTable> ParseSwitchTable(std::string_view name) {
   if (name == "intel") return SwitchTable::kIntel;
   if (name == "amd") return SwitchTable::kAmd;
+  if (name == "amd-zen4") return SwitchTable::kAmdZen4;
   return std::nullopt;
+}
+
+bool IsZen4(topology::CpuModel cpu) {
+  // Family 25 (0x19) is Zen 3 and Zen 4; these model ranges are Zen 4
+  // (EPYC 9004/8004, Ryzen 7000 desktop and mobile).
+  const int m = cpu.model;
+  return cpu.family == 0x19 && ((m >= 0x10 && m <= 0x1f) || (m >= 0x60 && m <= 0x7f) || (m >= 0xa0 && m <= 0xaf));
 }
 
 SwitchTable SwitchTableFor(std::string_view setting) {
   if (const auto table = ParseSwitchTable(setting)) return *table;
-  return topology::HostCpuVendor() == topology::CpuVendor::kAmd ? SwitchTable::kAmd : SwitchTable::kIntel;
+  if (topology::HostCpuVendor() != topology::CpuVendor::kAmd) return SwitchTable::kIntel;
+  return IsZen4(topology::HostCpuModel()) ? SwitchTable::kAmdZen4 : SwitchTable::kAmd;
 }
 
 SwitchTable ConfiguredSwitchTable() { return SwitchTableFor(params::GetString(params::Id::kShmTuning)); }
@@ -116,7 +156,7 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
   // Without single copy the slots run what they hold and the pipe the rest.
   order.flat_max = cma ? IntelFlatLimitWithCma(kind, shares_cpus) : SIZE_MAX;
   order.pipe_min = cma ? IntelPipeMinWithCma(kind, shares_cpus) : 0;
-  if (table == SwitchTable::kAmd) {
+  if (table == SwitchTable::kAmd || table == SwitchTable::kAmdZen4) {
     // On the AMD host the pipe beat cma at every size measured, 16 KiB to
     // 32 MiB, for allreduce, reduce_scatter and allgather, a core per rank
     // or not (1.06x-2.6x, medians of 3-5 launches); flat against pipe was
@@ -130,6 +170,9 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
       order.flat_max = limit;
     }
     if (has_pipe) order.pipe_min = AmdPipeMin(kind, shares_cpus);
+    if (table == SwitchTable::kAmdZen4 && has_pipe) {
+      order.pipe_min = std::max(order.pipe_min, Zen4CmaBelow(kind, shares_cpus));
+    }
   }
   return order;
 }

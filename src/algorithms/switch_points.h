@@ -6,9 +6,12 @@
 // more than one rule covers: on the Intel host (Emerald Rapids) cma won
 // from 16-32 KiB payloads and held allgather to 64 MiB; on the AMD host
 // (EPYC, Zen 3) copies through the caches beat cma at every size measured
-// for allreduce, reduce_scatter and allgather (docs/algorithms.md, "Switch
-// points per host"). Each host class has its table; CHOIR_SHM_TUNING picks
-// one (auto: by the CPU's maker, the Intel table for anything not AMD).
+// for allreduce, reduce_scatter and allgather, and on the AMD Zen 4 host
+// (EPYC) cma won back mid-size allgathers and alltoalls (docs/algorithms.md,
+// "Switch points per host"). Each host class has its table;
+// CHOIR_SHM_TUNING picks one (auto: by the CPU's maker and, for AMD, its
+// model: the Zen 4 table on Zen 4, the Zen 3 one on every other AMD CPU;
+// the Intel table for anything not AMD).
 // Every rank of a host must use the same table: connect checks it.
 //
 // The algorithms' `usable` functions say only whether an algorithm can run
@@ -25,21 +28,24 @@
 #include <string_view>
 
 #include "algorithms/op.h"
+#include "topology/machine.h"
 
 namespace choir::algorithms {
 
 struct Algorithm;
 struct GroupView;
 
-enum class SwitchTable : uint8_t { kIntel, kAmd };
+enum class SwitchTable : uint8_t { kIntel, kAmd, kAmdZen4 };
 
 const char* SwitchTableName(SwitchTable table);
-// "intel" or "amd"; nullopt for anything else.
+// "intel", "amd" or "amd-zen4"; nullopt for anything else.
 std::optional<SwitchTable> ParseSwitchTable(std::string_view name);
-// CHOIR_SHM_TUNING's value: "auto" picks by this CPU's maker.
+// CHOIR_SHM_TUNING's value: "auto" picks by this CPU's maker and model.
 SwitchTable SwitchTableFor(std::string_view setting);
 // The table CHOIR_SHM_TUNING names for this process.
 SwitchTable ConfiguredSwitchTable();
+// Whether `cpu` (topology::HostCpuModel) is an AMD Zen 4 (family 25).
+bool IsZen4(topology::CpuModel cpu);
 
 // What a table prefers for one collective on one group.
 struct SameHostOrder {

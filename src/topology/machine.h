@@ -110,6 +110,13 @@ size_t CacheBytes(int level);
 // algorithm switch points are measured per maker (algorithms/switch_points.h).
 enum class CpuVendor { kOther, kIntel, kAmd };
 CpuVendor HostCpuVendor();
+// The CPU's family and model as cpuid leaf 1 gives them (with the extended
+// fields added, as lscpu shows them); {0, 0} off x86.
+struct CpuModel {
+  int family = 0;
+  int model = 0;
+};
+CpuModel HostCpuModel();
 
 }  // namespace choir::topology
 
