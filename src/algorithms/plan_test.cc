@@ -270,7 +270,11 @@ TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAndAlltoall) {
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 64 * kKiB), "cma");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 1 * kMiB - 128), "cma");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 1 * kMiB), "shm_pipe");
-  for (const uint64_t bytes : {256 * kKiB, 1 * kMiB, 16 * kMiB}) {
+  for (const uint64_t bytes : {16 * kMiB, 256 * kMiB}) {
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, bytes), "shm_pipe") << bytes;
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, bytes), "shm_pipe") << bytes;
+  }
+  for (const uint64_t bytes : {256 * kKiB, 1 * kMiB, 16 * kMiB, 256 * kMiB}) {
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, bytes), "shm_pipe") << bytes;
     EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, bytes), "shm_pipe") << bytes;
     EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, bytes), "shm_pipe") << bytes;
@@ -287,13 +291,13 @@ TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAndAlltoall) {
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 256 * kKiB), "shm_pipe");
 }
 
-// The Zen 4 model ranges of family 25; Zen 3 (models 0x00-0x0f, 0x20-0x5f)
-// and other families are not.
+// The Zen 4 model ranges of family 25 (0x10-0x1f, 0x60-0xaf); Zen 3
+// (models 0x00-0x0f, 0x20-0x5f) and other families are not.
 TEST(SwitchPointsTest, Zen4IsFamily25ModelsOfThatGeneration) {
-  for (const int model : {0x10, 0x11, 0x1f, 0x61, 0x74, 0xa0, 0xaf}) {
+  for (const int model : {0x10, 0x11, 0x1f, 0x60, 0x61, 0x74, 0x90, 0xa0, 0xaf}) {
     EXPECT_TRUE(algorithms::IsZen4({0x19, model})) << model;
   }
-  for (const int model : {0x00, 0x01, 0x0f, 0x21, 0x44, 0x50, 0x5f, 0x80, 0xb0}) {
+  for (const int model : {0x00, 0x01, 0x0f, 0x20, 0x21, 0x44, 0x50, 0x5f, 0xb0}) {
     EXPECT_FALSE(algorithms::IsZen4({0x19, model})) << model;
   }
   EXPECT_FALSE(algorithms::IsZen4({0x17, 0x31}));  // Zen 2

@@ -104,11 +104,14 @@ uint64_t AmdPipeMin(CollKind kind, bool shares_cpus) {
 // 256 KiB 21.2 (16.1-25.8) against 31.0 (28.9-100), 1 MiB 80.1
 // (70.7-101) against 101 (92.9-375), 2 MiB 150 against 185, 4 MiB 332
 // against 443 and, in two other passes, 346 against 355 and 395 against
-// 355, 16 MiB 2889 against 1681; alltoall 128-512 KiB 1.1-1.5x faster
-// with cma, from 1 MiB the pipe 0.95-1.5x (docs/algorithms.md). The
+// 355, 16 MiB 2889 against 1681; alltoall 64-512 KiB 1.1-1.5x faster
+// with cma (64 KiB: 6.2 against 7.8 µs), from 1 MiB the pipe 0.95-1.5x
+// (docs/algorithms.md). The
 // pipe's launches also spread far more there (allgather 256 KiB: 20-170
 // µs over 7 launches, cma 16-30). With 4 ranks on the 2 cores the pipe
-// won at every size, 256 KiB-4 MiB (1.3-2.5x): it keeps them.
+// won at every size, 256 KiB-4 MiB (1.3-2.5x): it keeps them. Measured with
+// 2 ranks only (a 2-vCPU host): larger groups with a core per rank take the
+// same limits unmeasured.
 uint64_t Zen4CmaBelow(CollKind kind, bool shares_cpus) {
   if (shares_cpus) return 0;
   if (kind == CollKind::kAllgather) return 4 * kMiB;
@@ -120,13 +123,14 @@ uint64_t Zen4CmaBelow(CollKind kind, bool shares_cpus) {
 
 const char* SwitchTableName(SwitchTable table) {
   switch (table) {
+    case SwitchTable::kIntel:
+      return "intel";
     case SwitchTable::kAmd:
       return "amd";
     case SwitchTable::kAmdZen4:
       return "amd-zen4";
-    default:
-      return "intel";
   }
+  return "intel";
 }
 
 std::optional<SwitchTable> ParseSwitchTable(std::string_view name) {
@@ -137,10 +141,11 @@ std::optional<SwitchTable> ParseSwitchTable(std::string_view name) {
 }
 
 bool IsZen4(topology::CpuModel cpu) {
-  // Family 25 (0x19) is Zen 3 and Zen 4; these model ranges are Zen 4
-  // (EPYC 9004/8004, Ryzen 7000 desktop and mobile).
+  // Family 25 (0x19) is Zen 3 and Zen 4; Zen 4 are models 0x10-0x1f and
+  // 0x60-0xaf, the ranges the Linux kernel gives it (EPYC 9004/8004, Ryzen
+  // 7000 and 8000, the MI300A's cores). Only model 0x11 was measured.
   const int m = cpu.model;
-  return cpu.family == 0x19 && ((m >= 0x10 && m <= 0x1f) || (m >= 0x60 && m <= 0x7f) || (m >= 0xa0 && m <= 0xaf));
+  return cpu.family == 0x19 && ((m >= 0x10 && m <= 0x1f) || (m >= 0x60 && m <= 0xaf));
 }
 
 SwitchTable SwitchTableFor(std::string_view setting) {

@@ -28,7 +28,10 @@
 #include <string_view>
 
 #include "algorithms/op.h"
-#include "topology/machine.h"
+
+namespace choir::topology {
+struct CpuModel;  // topology/machine.h
+}  // namespace choir::topology
 
 namespace choir::algorithms {
 

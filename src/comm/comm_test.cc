@@ -18,7 +18,7 @@
 #include "params/params.h"
 #include "testing/multi_rank.h"
 #include "testing/one_cpu.h"
-#include "topology/machine.h"
+#include "transport/endpoint.h"
 
 namespace choir {
 namespace {
@@ -306,17 +306,19 @@ TEST(CommTopologyTest, BadTopologyFileFailsCreationWithItsLine) {
 // The communicator remembers its last choice for equal calls: alternating
 // collectives, counts, types and forced algorithms must each still get the
 // algorithm their own selection gives, with correct results.
-// Under both switch-point tables, each with its own choices where they differ.
+// Under every switch-point table, each with its own choices where they differ.
 TEST(CommSelectionTest, RememberedChoiceNeverLeaksIntoOtherCalls) {
-  std::vector<int> cpus;
-  const bool core_per_rank = topology::AffinityCpus(&cpus) && cpus.size() >= 2;
   for (const std::string tuning : {"intel", "amd", "amd-zen4"}) {
     params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);
     const bool amd = tuning != "intel";
-    // 128 KiB blocks of allgather: cma on the Intel table, the pipe on the
-    // AMD one, cma on the Zen 4 one when each rank has a core.
-    const char* const mid_allgather = tuning == "amd" || (tuning == "amd-zen4" && !core_per_rank) ? "shm_pipe" : "cma";
-    auto results = RunRanks(2, [amd, mid_allgather](Communicator& comm) -> Status {
+    auto results = RunRanks(2, [amd, tuning](Communicator& comm) -> Status {
+      // 128 KiB blocks of allgather: cma on the Intel table, the pipe on the
+      // AMD one, cma on the Zen 4 one when each rank has a core, judged as
+      // the communicator judged it (from the CPUs each rank may run on).
+      std::vector<std::vector<int>> cores;
+      for (const RankPlace& p : comm.topology().ranks) cores.push_back(p.cores);
+      const bool share = transport::RanksCompeteForCpus(cores, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+      const char* const mid_allgather = tuning == "amd" || (tuning == "amd-zen4" && share) ? "shm_pipe" : "cma";
       std::vector<float> small(2, 1.0f), large(64 << 10, 1.0f), out(64 << 10, 0.0f);
       std::vector<double> dsmall(2, 1.0), dout(2, 0.0);
       CallOptions forced;
@@ -573,11 +575,13 @@ TEST(CommPipeTest, TinyPipeWithoutCmaMatchesReference) {
 
 // The hierarchical algorithms' same-host steps run through the pipe (a tiny
 // one here: many steps) without process_vm_readv, and with it on the AMD
-// switch-point table, which puts the pipe first: exact results, 2 hosts x 2
-// ranks and 2 hosts x 3 ranks declared by a topology file.
+// switch-point table, which puts the pipe first, and on the Zen 4 one,
+// which puts cma before it for allgathers under 4 MiB: exact results, 2
+// hosts x 2 ranks and 2 hosts x 3 ranks declared by a topology file.
 TEST(CommPipeTest, HierarchicalStepsThroughThePipeMatchReference) {
   params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", "8K");
-  for (const auto& [cma_setting, tuning] : {std::pair<const char*, const char*>{"off", "intel"}, {"auto", "amd"}}) {
+  for (const auto& [cma_setting, tuning] : {std::pair<const char*, const char*>{"off", "intel"}, {"auto", "amd"},
+                                            {"auto", "amd-zen4"}}) {
     SCOPED_TRACE(std::string("CHOIR_SHM_CMA=") + cma_setting + " CHOIR_SHM_TUNING=" + tuning);
     params::ScopedOverride cma("CHOIR_SHM_CMA", cma_setting);
     params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);

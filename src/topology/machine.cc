@@ -255,18 +255,22 @@ CpuVendor HostCpuVendor() {
   return CpuVendor::kOther;
 }
 
-CpuModel HostCpuModel() {
+CpuModel DecodeCpuSignature(uint32_t eax) {
   CpuModel m;
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return m;
   const int base_family = static_cast<int>((eax >> 8) & 0xf);
   const int base_model = static_cast<int>((eax >> 4) & 0xf);
   m.family = base_family == 0xf ? base_family + static_cast<int>((eax >> 20) & 0xff) : base_family;
   m.model = base_family == 0xf || base_family == 0x6 ? (static_cast<int>((eax >> 16) & 0xf) << 4) | base_model
                                                      : base_model;
-#endif
   return m;
+}
+
+CpuModel HostCpuModel() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0) return DecodeCpuSignature(eax);
+#endif
+  return CpuModel{};
 }
 
 bool AffinityCpus(std::vector<int>* cpus) {

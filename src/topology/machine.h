@@ -107,7 +107,8 @@ bool AffinityCpus(std::vector<int>* cpus);
 size_t CacheBytes(int level);
 
 // The CPU's maker, from the cpuid instruction (kOther off x86). Same-host
-// algorithm switch points are measured per maker (algorithms/switch_points.h).
+// algorithm switch points are measured per maker and, for AMD, per
+// generation (algorithms/switch_points.h).
 enum class CpuVendor { kOther, kIntel, kAmd };
 CpuVendor HostCpuVendor();
 // The CPU's family and model as cpuid leaf 1 gives them (with the extended
@@ -117,6 +118,9 @@ struct CpuModel {
   int model = 0;
 };
 CpuModel HostCpuModel();
+// The same from a cpuid leaf 1 eax value: the extended family counts when
+// the base family is 15, the extended model when it is 6 or 15.
+CpuModel DecodeCpuSignature(uint32_t eax);
 
 }  // namespace choir::topology
 

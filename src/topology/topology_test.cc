@@ -24,6 +24,26 @@ using Ints = std::vector<int>;
 
 constexpr const char* kTwoSockets = "pack:2 numa:1 core:4 pu:1";
 
+// cpuid leaf 1 signatures of known CPUs decode to the family and model
+// lscpu shows for them.
+TEST(TopologyTest, CpuSignaturesDecodeToFamilyAndModel) {
+  struct Known {
+    uint32_t eax;
+    int family;
+    int model;
+  };
+  for (const Known& k : {Known{0x00A10F11, 0x19, 0x11},    // AMD EPYC 9004 (Zen 4)
+                         Known{0x00A00F11, 0x19, 0x01},    // AMD EPYC 7003 (Zen 3)
+                         Known{0x00830F10, 0x17, 0x31},    // AMD EPYC 7002 (Zen 2)
+                         Known{0x000806F8, 0x06, 0x8F},    // Intel Xeon, Sapphire Rapids
+                         Known{0x000C06F2, 0x06, 0xCF},    // Intel Xeon, Emerald Rapids
+                         Known{0x00000F29, 0x0F, 0x02}}) {  // Intel Pentium 4
+    const topology::CpuModel m = topology::DecodeCpuSignature(k.eax);
+    EXPECT_EQ(m.family, k.family) << std::hex << k.eax;
+    EXPECT_EQ(m.model, k.model) << std::hex << k.eax;
+  }
+}
+
 TEST(TopologyTest, DefaultLinksAreOrderedFastestFirst) {
   const std::vector<LinkClass> links = DefaultLinks();
   ASSERT_EQ(links.size(), 3u);

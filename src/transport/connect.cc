@@ -317,7 +317,8 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     // Their same-host choices would differ for one call: stop every one of them.
     return Status(Code::kInvalidSetting,
                   fmt::format("rank {} uses the '{}' same-host switch points but rank {} on the same host uses "
-                              "'{}': set CHOIR_SHM_TUNING to the same value on every rank (or leave it at auto)",
+                              "'{}': set CHOIR_SHM_TUNING to the same value on every rank (or leave it at auto and run "
+                              "the same choir version everywhere: versions may resolve auto differently)",
                               rank, options.tuning, other_tuning_rank, other_tuning));
   }
   if (transitive) {
