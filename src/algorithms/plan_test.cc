@@ -197,6 +197,15 @@ TEST(SwitchPointsTest, IntelFlatLimitsPerCollective) {
                        {algorithms::CollKind::kReduce, 64 * kKiB, 64 * kKiB}});
 }
 
+// The slot limits of both AMD tables (Zen 3 and Zen 4), with a core per
+// rank and with shared cores.
+const std::vector<FlatWant> kAmdFlatLimits = {{algorithms::CollKind::kAllreduce, 16 * kKiB, 32 * kKiB},
+                                              {algorithms::CollKind::kReduceScatter, 64 * kKiB, 16 * kKiB},
+                                              {algorithms::CollKind::kAllgather, 64 * kKiB, 8 * kKiB},
+                                              {algorithms::CollKind::kBroadcast, 32 * kKiB, 64 * kKiB},
+                                              {algorithms::CollKind::kReduce, 32 * kKiB, 32 * kKiB},
+                                              {algorithms::CollKind::kAlltoall, 32 * kKiB, 32 * kKiB}};
+
 // The AMD table: the pipe before cma at every size for the collectives that
 // have one (broadcast with a core per rank from 16 MiB), the slots to their
 // own limits whether or not single copy is allowed; reduce and alltoall keep
@@ -204,13 +213,7 @@ TEST(SwitchPointsTest, IntelFlatLimitsPerCollective) {
 TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
   algorithms::GroupView g = TwoRanksOneHost();
   g.switch_table = algorithms::SwitchTable::kAmd;
-  const std::vector<FlatWant> wants = {{algorithms::CollKind::kAllreduce, 16 * kKiB, 32 * kKiB},
-                                       {algorithms::CollKind::kReduceScatter, 64 * kKiB, 16 * kKiB},
-                                       {algorithms::CollKind::kAllgather, 64 * kKiB, 8 * kKiB},
-                                       {algorithms::CollKind::kBroadcast, 32 * kKiB, 64 * kKiB},
-                                       {algorithms::CollKind::kReduce, 32 * kKiB, 32 * kKiB},
-                                       {algorithms::CollKind::kAlltoall, 32 * kKiB, 32 * kKiB}};
-  ExpectFlatLimits(g, wants);
+  ExpectFlatLimits(g, kAmdFlatLimits);
   for (const bool shared : {false, true}) {
     g.shares_cpus = shared;
     SCOPED_TRACE(shared ? "ranks share cores" : "a core per rank");
@@ -254,13 +257,7 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
 TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAndAlltoall) {
   algorithms::GroupView g = TwoRanksOneHost();
   g.switch_table = algorithms::SwitchTable::kAmdZen4;
-  const std::vector<FlatWant> wants = {{algorithms::CollKind::kAllreduce, 16 * kKiB, 32 * kKiB},
-                                       {algorithms::CollKind::kReduceScatter, 64 * kKiB, 16 * kKiB},
-                                       {algorithms::CollKind::kAllgather, 64 * kKiB, 8 * kKiB},
-                                       {algorithms::CollKind::kBroadcast, 32 * kKiB, 64 * kKiB},
-                                       {algorithms::CollKind::kReduce, 32 * kKiB, 32 * kKiB},
-                                       {algorithms::CollKind::kAlltoall, 32 * kKiB, 32 * kKiB}};
-  ExpectFlatLimits(g, wants);
+  ExpectFlatLimits(g, kAmdFlatLimits);
   // Allgather: the slots hold 64 KiB blocks (128 KiB of buffer with 2 ranks).
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB), "shm_flat");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB + 128), "cma");

@@ -1,7 +1,5 @@
 #include "algorithms/switch_points.h"
 
-#include <algorithm>
-
 #include "algorithms/algorithms.h"
 #include "params/params.h"
 #include "topology/machine.h"
@@ -90,30 +88,27 @@ size_t AmdFlatLimit(CollKind kind, bool shares_cpus) {
 // staging with streaming stores, was 1.06-1.17x faster. With 4 ranks on 2
 // cores the pipe was 1.1x faster at 1 MiB and 1.4-2.1x from 4 MiB. `choir
 // perf -n 2|4 --algo shm_pipe|cma`, 5-7 launches (docs/algorithms.md).
-// Everything else with a pipe: every size (above).
-uint64_t AmdPipeMin(CollKind kind, bool shares_cpus) {
-  if (kind == CollKind::kBroadcast && !shares_cpus) return 16 * kMiB;
-  return 0;
-}
-
-// The AMD Zen 4 host (EPYC, family 25 model 17): the Zen 3 table but for
-// allgather and alltoall with a core per rank, where cma goes before the
-// pipe up to the size given (whole-buffer bytes). `choir perf -n 2 --op
-// allgather|alltoall --algo cma` against the Zen 3 table, 7 interleaved
-// launches of 100 calls, mean µs per call, median (min-max): allgather
-// 256 KiB 21.2 (16.1-25.8) against 31.0 (28.9-100), 1 MiB 80.1
-// (70.7-101) against 101 (92.9-375), 2 MiB 150 against 185, 4 MiB 332
-// against 443 and, in two other passes, 346 against 355 and 395 against
-// 355, 16 MiB 2889 against 1681; alltoall 64-512 KiB 1.1-1.5x faster
-// with cma (64 KiB: 6.2 against 7.8 µs), from 1 MiB the pipe 0.95-1.5x
-// (docs/algorithms.md). The
-// pipe's launches also spread far more there (allgather 256 KiB: 20-170
-// µs over 7 launches, cma 16-30). With 4 ranks on the 2 cores the pipe
-// won at every size, 256 KiB-4 MiB (1.3-2.5x): it keeps them. Measured with
-// 2 ranks only (a 2-vCPU host): larger groups with a core per rank take the
-// same limits unmeasured.
-uint64_t Zen4CmaBelow(CollKind kind, bool shares_cpus) {
+// Everything else with a pipe: every size (above), but on Zen 4.
+//
+// The AMD Zen 4 host (EPYC, family 25 model 17): with a core per rank cma
+// goes before the pipe up to 4 MiB of allgather and 1 MiB of alltoall.
+// `choir perf -n 2 --op allgather|alltoall --algo cma` against the Zen 3
+// table, 7 interleaved launches of 100 calls, mean µs per call, median
+// (min-max): allgather 256 KiB 21.2 (16.1-25.8) against 31.0 (28.9-100),
+// 1 MiB 80.1 (70.7-101) against 101 (92.9-375), 2 MiB 150 against 185,
+// 4 MiB 332 against 443 and, in two other passes, 346 against 355 and 395
+// against 355, 16 MiB 2889 against 1681; alltoall 64-512 KiB 1.1-1.9x
+// faster with cma (64 KiB: 6.2 against 7.8 µs), from 1 MiB the pipe
+// 0.8-1.5x, faster in the medians of every size but 2 MiB in one pass
+// (docs/algorithms.md). The pipe's launches also spread far more there
+// (allgather 256 KiB: 20-170 µs over 7 launches, cma 16-30). With 4 ranks
+// on the 2 cores the pipe won at every size, 256 KiB-4 MiB (1.3-2.5x): it
+// keeps them. Measured with 2 ranks only (a 2-vCPU host): larger groups
+// with a core per rank take the same limits unmeasured.
+uint64_t AmdPipeMin(SwitchTable table, CollKind kind, bool shares_cpus) {
   if (shares_cpus) return 0;
+  if (kind == CollKind::kBroadcast) return 16 * kMiB;
+  if (table != SwitchTable::kAmdZen4) return 0;
   if (kind == CollKind::kAllgather) return 4 * kMiB;
   if (kind == CollKind::kAlltoall) return 1 * kMiB;
   return 0;
@@ -174,10 +169,7 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
     if (const size_t limit = AmdFlatLimit(kind, shares_cpus); limit > 0 && (cma || has_pipe)) {
       order.flat_max = limit;
     }
-    if (has_pipe) order.pipe_min = AmdPipeMin(kind, shares_cpus);
-    if (table == SwitchTable::kAmdZen4 && has_pipe) {
-      order.pipe_min = std::max(order.pipe_min, Zen4CmaBelow(kind, shares_cpus));
-    }
+    if (has_pipe) order.pipe_min = AmdPipeMin(table, kind, shares_cpus);
   }
   return order;
 }
