@@ -27,6 +27,7 @@
 namespace choir::algorithms {
 
 struct SelectConfig;
+class StagingChooser;
 class WalkChooser;
 
 // Growable scratch memory owned by the communicator, reused across operations.
@@ -74,6 +75,10 @@ class Context {
   // walk_choice.h).
   WalkChooser* walk_chooser() const { return walk_chooser_; }
   void set_walk_chooser(WalkChooser* chooser) { walk_chooser_ = chooser; }
+  // The communicator's measured store kind for the pipe's staging (null:
+  // plain stores; walk_choice.h).
+  StagingChooser* staging_chooser() const { return staging_chooser_; }
+  void set_staging_chooser(StagingChooser* chooser) { staging_chooser_ = chooser; }
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(ranks_.empty() ? endpoint_->size() : ranks_.size()); }
@@ -137,6 +142,7 @@ class Context {
   LinkCost inter_host_{20e-6, 3e9};
   const SelectConfig* select_ = nullptr;
   WalkChooser* walk_chooser_ = nullptr;
+  StagingChooser* staging_chooser_ = nullptr;
   std::vector<int> ranks_;  // empty: identity over the whole communicator
   int rank_;
   uint64_t step_ = 0;

@@ -45,6 +45,10 @@ struct SelectConfig {
   // the faster (walk_choice.h); false (default) keeps the switch points'
   // choice.
   bool adapt_walks = false;
+  // CHOIR_SHM_STAGING: how the pipe walks stage their chunks; kAuto measures
+  // both store kinds while the job runs (walk_choice.h, StagingChooser).
+  enum class Staging { kAuto, kPlain, kStreaming };
+  Staging staging = Staging::kAuto;
   std::vector<SelectRule> rules;
 };
 

@@ -27,7 +27,10 @@
 //
 // With CHOIR_SHM_ADAPT=1, allgather and alltoall with heap buffers may take
 // cma's walk instead, call by call, when the ranks' own timings say it is
-// faster (walk_choice.h).
+// faster (walk_choice.h). Whether a rank stages with plain or streaming
+// stores, each rank measures while the job runs (CHOIR_SHM_STAGING=auto,
+// StagingChooser in walk_choice.h): on some hosts reading what the other
+// core has just written is slow in spells.
 //
 // Against cma, which copies through the kernel (process_vm_readv ran at
 // 5.3-5.6 GB/s per core on the Intel host, 8.5-9.4 on the AMD one:
@@ -75,6 +78,7 @@ struct Walk {
   uint64_t steps;  // the same on every rank: the largest block decides
   bool streaming;  // outputs large enough for streaming stores
   bool shared;     // every rank's buffers are SharedBuffers: no pipe needed
+  bool stage_streaming = false;  // chunks staged for peers with streaming stores (RunStaged)
 };
 
 // Checks that the pipe carries `blocks` and that every local rank runs this
@@ -100,7 +104,27 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const voi
     return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
   }
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, out, table, tables));
-  return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes, op.AllShared()};
+  return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes, op.AllShared(), false};
+}
+
+// Runs run(walk) with the store kind of its staging set as CHOIR_SHM_STAGING
+// says: fixed, or (auto) the communicator's StagingChooser's choice for
+// `kind` and `bytes` (the whole buffer), timed for it.
+template <typename Run>
+Status RunStaged(Context& c, CollKind kind, size_t bytes, Walk walk, Run&& run) {
+  using Staging = SelectConfig::Staging;
+  const Staging mode = c.select_config() != nullptr ? c.select_config()->staging : Staging::kPlain;
+  StagingChooser* chooser = c.staging_chooser();
+  if (mode != Staging::kAuto || chooser == nullptr || bytes < StagingChooser::kMinBytes) {
+    walk.stage_streaming = mode == Staging::kStreaming;
+    return run(walk);
+  }
+  const StagingChooser::Stores stores = chooser->Choose(kind, bytes);
+  walk.stage_streaming = stores == StagingChooser::Stores::kStreaming;
+  const int64_t t0 = OpNanos();
+  Status s = run(walk);
+  if (s.ok()) chooser->Record(kind, bytes, stores, OpNanos() - t0);
+  return s;
 }
 
 // Elements from the start of the buffer to the end of the last of `blocks`.
@@ -124,13 +148,13 @@ uint8_t* PartAt(const AreaOp& op, int owner, uint64_t k, int part, size_t chunk_
 
 // Step A of those walks: chunk k of this rank's input for every peer q's
 // block, into part q of this rank's pipe.
-void StageForPeers(const AreaOp& op, const uint8_t* in, const Blocks& blocks, uint64_t k, size_t chunk, size_t es) {
+void StageForPeers(const AreaOp& op, const uint8_t* in, const Blocks& blocks, uint64_t k, size_t chunk, size_t es,
+                   bool streaming) {
   for (int q = 0; q < op.size(); ++q) {
     const Block& b = blocks[static_cast<size_t>(q)];
     const size_t m = ChunkAt(b, k, chunk);
     if (q == op.me() || m == 0) continue;
-    kernels::CopyBytes(PartAt(op, op.me(), k, q, chunk * es), in + (b.offset + k * chunk) * es, m * es,
-                       /*nontemporal=*/false);
+    kernels::CopyBytes(PartAt(op, op.me(), k, q, chunk * es), in + (b.offset + k * chunk) * es, m * es, streaming);
   }
 }
 
@@ -147,28 +171,14 @@ enum class Output {
   kWholeOnRoot,  // reduce: the root the whole result; the others nothing
 };
 
-// The combination of every rank's `in` over `slices`, each rank combining
-// its own slice, delivered as `output` says. `average` finishes
-// ReduceOp::kAvg (the hierarchical steps average once at their end instead).
-Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& slices, Output output, int root,
-                  bool average) {
-  AreaOp op(c);
+// The walk of PipeReduce through the pipe, in chunks of `chunk` elements.
+Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& slices, Output output, int root,
+                         bool average, size_t chunk, const Walk& walk) {
+  Context& c = op.ctx();
   const int n = op.size();
   const int me = op.me();
   const size_t es = c.elem_size();
-  const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), n, es);
   const size_t chunk_bytes = chunk * es;
-  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, slices, chunk, in, out));
-  if (output == Output::kWholeOnRoot) {
-    // A reduce reads every input and writes the root's output only (the
-    // other ranks' may be null): those in SharedBuffers suffice.
-    if (!average) return InternalError("a pipe reduce always finishes kAvg");  // ReduceCmaWith does
-    if (op.peers()[static_cast<size_t>(root)].recv_ref.id != 0 && EveryRankShares(op, &PeerBuffers::send_ref)) {
-      return ReduceCmaWith(op, in, out, ElemsSpanned(slices), root);
-    }
-  } else if (walk.shared) {
-    return CmaReduceWith(op, in, out, slices, output == Output::kWhole, average);
-  }
   const bool streaming = walk.streaming;
   const Block& mine = slices[static_cast<size_t>(me)];
   // Whether this rank copies every peer's result, and where its own goes
@@ -188,7 +198,7 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
     // A. my input for every peer's slice.
-    StageForPeers(op, in, slices, k, chunk, es);
+    StageForPeers(op, in, slices, k, chunk, es, walk.stage_streaming);
     op.SetProgress(2 * k + 1);
     // B. my slice.
     const size_t m = ChunkAt(mine, k, chunk);
@@ -206,7 +216,7 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
     } else {
       uint8_t* result = stage(me, k, me);
       if (m > 0) {
-        kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), /*nontemporal=*/false);
+        kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), walk.stage_streaming);
         if (average) FinishAverage(c, result, m);
       }
       op.SetProgress(2 * k + 2);
@@ -230,6 +240,33 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   return op.Finish();
 }
 
+// The combination of every rank's `in` over `slices`, each rank combining
+// its own slice, delivered as `output` says. `average` finishes
+// ReduceOp::kAvg (the hierarchical steps average once at their end instead).
+Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& slices, Output output, int root,
+                  bool average) {
+  AreaOp op(c);
+  const size_t es = c.elem_size();
+  const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es);
+  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, slices, chunk, in, out));
+  if (output == Output::kWholeOnRoot) {
+    // A reduce reads every input and writes the root's output only (the
+    // other ranks' may be null): those in SharedBuffers suffice.
+    if (!average) return InternalError("a pipe reduce always finishes kAvg");  // ReduceCmaWith does
+    if (op.peers()[static_cast<size_t>(root)].recv_ref.id != 0 && EveryRankShares(op, &PeerBuffers::send_ref)) {
+      return ReduceCmaWith(op, in, out, ElemsSpanned(slices), root);
+    }
+  } else if (walk.shared) {
+    return CmaReduceWith(op, in, out, slices, output == Output::kWhole, average);
+  }
+  const CollKind kind = output == Output::kMySlice ? CollKind::kReduceScatter
+                        : output == Output::kWhole  ? CollKind::kAllreduce
+                                                    : CollKind::kReduce;
+  return RunStaged(c, kind, ElemsSpanned(slices) * es, walk, [&](const Walk& w) {
+    return ReduceThroughPipe(op, in, out, slices, output, root, average, chunk, w);
+  });
+}
+
 // Allgather through the pipe: every rank's block of `buf` (this rank's read
 // from `own`) into every rank's `buf`, one chunk per step: each rank stages
 // chunk k of its block in its pipe (progress k+1) and copies chunk k of
@@ -247,10 +284,12 @@ Status GatherThroughPipe(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blo
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
     const size_t m = ChunkAt(mine, k, chunk);
     const uint8_t* src = own + k * chunk * es;
-    if (m > 0) kernels::CopyBytes(stage(me, k), src, m * es, /*nontemporal=*/false);
+    if (m > 0) kernels::CopyBytes(stage(me, k), src, m * es, walk.stage_streaming);
     op.SetProgress(k + 1);
     uint8_t* dst = buf + (mine.offset + k * chunk) * es;
-    if (m > 0 && dst != src) kernels::CopyBytes(dst, stage(me, k), m * es, streaming);
+    // From the stage while it is in this core's cache, else from the input.
+    const uint8_t* from = walk.stage_streaming ? src : stage(me, k);
+    if (m > 0 && dst != src) kernels::CopyBytes(dst, from, m * es, streaming);
     for (int s = 1; s < n; ++s) {
       const int q = (me + s) % n;
       const Block& b = blocks[static_cast<size_t>(q)];
@@ -316,10 +355,13 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
                          StartWalk(op, blocks, chunk, own, buf, TableFor(c, chooser, CollKind::kAllgather, bytes),
                                    &tables));
   if (walk.shared) return CmaAllgatherWith(op, own, buf, blocks);
-  if (chooser == nullptr || !AdaptsHere(c)) return GatherThroughPipe(op, own, buf, blocks, chunk, walk);
+  const auto pipe = [&] {
+    return RunStaged(c, CollKind::kAllgather, bytes, walk,
+                     [&](const Walk& w) { return GatherThroughPipe(op, own, buf, blocks, chunk, w); });
+  };
+  if (chooser == nullptr || !AdaptsHere(c)) return pipe();
   return RunChosenWalk(
-      c, *chooser, CollKind::kAllgather, bytes, tables,
-      [&] { return GatherThroughPipe(op, own, buf, blocks, chunk, walk); },
+      c, *chooser, CollKind::kAllgather, bytes, tables, pipe,
       [&] { return CmaAllgatherWith(op, own, buf, blocks); });
 }
 
@@ -354,7 +396,7 @@ Status AlltoallThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bl
   const Block& mine = blocks[static_cast<size_t>(me)];
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
-    StageForPeers(op, in, blocks, k, chunk, es);
+    StageForPeers(op, in, blocks, k, chunk, es, walk.stage_streaming);
     op.SetProgress(k + 1);
     if (const size_t m = ChunkAt(mine, k, chunk); m > 0 && in != out) {
       kernels::CopyBytes(out + (mine.offset + k * chunk) * es, in + (mine.offset + k * chunk) * es, m * es,
@@ -394,12 +436,13 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
   bool none_in_place = true;
   for (const PeerBuffers& b : op.peers()) none_in_place = none_in_place && b.send != b.recv;
   if (walk.shared && none_in_place) return AlltoallFromPeers(op, in, out, blocks);
-  if (chooser == nullptr || !AdaptsHere(c) || !none_in_place) {
-    return AlltoallThroughPipe(op, in, out, blocks, chunk, walk);
-  }
+  const auto pipe = [&] {
+    return RunStaged(c, CollKind::kAlltoall, bytes, walk,
+                     [&](const Walk& w) { return AlltoallThroughPipe(op, in, out, blocks, chunk, w); });
+  };
+  if (chooser == nullptr || !AdaptsHere(c) || !none_in_place) return pipe();
   return RunChosenWalk(
-      c, *chooser, CollKind::kAlltoall, bytes, tables,
-      [&] { return AlltoallThroughPipe(op, in, out, blocks, chunk, walk); },
+      c, *chooser, CollKind::kAlltoall, bytes, tables, pipe,
       [&] { return AlltoallFromPeers(op, in, out, blocks); });
 }
 
@@ -431,8 +474,8 @@ Status BroadcastPipe(Context& c, const OpArgs& a) {
       // Large broadcasts stage with streaming stores: the receivers then
       // read the chunks from memory instead of out of the root's cache,
       // which this AMD host ran 1.1-2.5x slower (docs/algorithms.md). The
-      // same for the other walks was slower in 14 of 16 cells measured
-      // (1.06-1.35x): not there.
+      // other walks choose their staging at run time (RunStaged): there
+      // streaming stores were slower outside the slow spells.
       kernels::CopyBytes(stage, src + k * chunk * es, m * es, /*nontemporal=*/streaming);
       op.SetProgress(k + 1);
       if (src != dst) kernels::CopyBytes(dst + k * chunk * es, src + k * chunk * es, m * es, streaming);

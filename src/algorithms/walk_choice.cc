@@ -5,7 +5,19 @@
 
 namespace choir::algorithms {
 
-double WalkChooser::Times::Median() const {
+void RecentTimes::Add(double v) {
+  last[next] = v;
+  kept = std::min(kept + 1, last.size());
+  next = (next + 1) % last.size();
+}
+
+void RecentTimes::Reset(double v) {
+  last.fill(v);
+  kept = last.size();
+  next = 0;
+}
+
+double RecentTimes::Median() const {
   if (kept < last.size()) return kept == 0 ? 0 : (last[0] + last[kept - 1]) / 2;  // one or two times
   std::array<double, 3> v = last;
   std::sort(v.begin(), v.end());
@@ -70,13 +82,53 @@ void WalkChooser::Record(CollKind kind, size_t bytes, Walk walk, int64_t nanos) 
   }
   const double now = static_cast<double>(nanos) / static_cast<double>(bytes);
   if (e.trying) {
-    t.last.fill(now);  // a try speaks for its walk alone
-    t.kept = t.last.size();
+    t.Reset(now);
   } else {
-    t.last[t.next] = now;
-    t.kept = std::min(t.kept + 1, t.last.size());
+    t.Add(now);
   }
-  t.next = (t.next + 1) % t.last.size();
+}
+
+StagingChooser::Entry& StagingChooser::At(CollKind kind, size_t bytes) {
+  size_t k = 0;  // allreduce, and anything else
+  if (kind == CollKind::kReduce) k = 1;
+  if (kind == CollKind::kReduceScatter) k = 2;
+  if (kind == CollKind::kAllgather || kind == CollKind::kAllgatherV) k = 3;
+  if (kind == CollKind::kAlltoall) k = 4;
+  return entries_[k][static_cast<size_t>(std::bit_width(bytes))];
+}
+
+StagingChooser::Stores StagingChooser::Choose(CollKind kind, size_t bytes) {
+  Entry& e = At(kind, bytes);
+  const uint64_t call = e.calls++;
+  const auto other_of = [](Stores s) { return s == Stores::kPlain ? Stores::kStreaming : Stores::kPlain; };
+  if (call == 0) e.in_use = preferred_;
+  const double use = e.kinds[static_cast<size_t>(e.in_use)].Median();
+  const double alt = e.kinds[static_cast<size_t>(other_of(e.in_use))].Median();
+  e.trying = false;
+  if (use <= 0 || alt <= 0) {
+    // Calls 0 (dropped) and 1 take the kind in use; call 2 tries the other.
+    e.trying = call == 2;
+    return e.trying ? other_of(e.in_use) : e.in_use;
+  }
+  if (alt < kMargin * use) e.in_use = other_of(e.in_use);
+  preferred_ = e.in_use;
+  const bool far_behind = std::max(use, alt) >= 2 * std::min(use, alt);
+  const uint64_t period = far_behind ? kRareExplorePeriod : kExplorePeriod;
+  e.trying = call % period == period / 2;
+  return e.trying ? other_of(e.in_use) : e.in_use;
+}
+
+void StagingChooser::Record(CollKind kind, size_t bytes, Stores stores, int64_t nanos) {
+  if (bytes == 0 || nanos <= 0) return;
+  Entry& e = At(kind, bytes);
+  if (e.calls == 1) return;  // cold: first touches
+  const double now = static_cast<double>(nanos) / static_cast<double>(bytes);
+  RecentTimes& t = e.kinds[static_cast<size_t>(stores)];
+  if (e.trying) {
+    t.Reset(now);
+  } else {
+    t.Add(now);
+  }
 }
 
 }  // namespace choir::algorithms

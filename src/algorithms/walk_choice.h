@@ -50,6 +50,17 @@
 
 namespace choir::algorithms {
 
+// A measure's last three times per byte and their median (interference only
+// ever makes a call slower: one slow call must not move a choice).
+struct RecentTimes {
+  std::array<double, 3> last{};
+  size_t kept = 0;  // entries of `last` in use
+  size_t next = 0;  // where the next time goes (the oldest)
+  void Add(double v);
+  void Reset(double v);   // a try speaks for its choice alone
+  double Median() const;  // 0: none yet
+};
+
 class WalkChooser {
  public:
   enum class Walk { kPipe = 0, kKernel = 1 };
@@ -87,12 +98,8 @@ class WalkChooser {
 
  private:
   // A walk's last three times per byte (the first time it ran dropped).
-  struct Times {
-    std::array<double, 3> last{};
-    size_t kept = 0;    // entries of `last` in use
-    size_t next = 0;    // where the next time goes (the oldest)
+  struct Times : RecentTimes {
     bool warm = false;  // the cold first time was dropped
-    double Median() const;  // 0: none yet
   };
   struct Entry {
     uint64_t calls = 0;
@@ -108,6 +115,71 @@ class WalkChooser {
   static constexpr size_t kKinds = 3;  // allgather(v), alltoall, any other
   static constexpr size_t kClasses = 65;
   std::array<std::array<Entry, kClasses>, kKinds> entries_{};
+};
+
+// How the pipe walks (shm_pipe.cc) stage the chunks their peers read: with
+// plain stores, so that a peer reads them out of this core's cache, or with
+// streaming stores, so that it reads them from memory.
+//
+// Why: on the AMD EPYC Zen 4 VM this project measures on, reading what the
+// other vCPU has just written runs in some launches, and in some spells of
+// a launch, at a third to a quarter of its usual speed (a 256 KiB
+// allgather through the pipe took 20-33 us per call in some launches,
+// 93-170 in others; docs/performance.md, "The pipe's launches run in
+// modes"). Streaming staging is steady through those spells, but
+// 0.71-1.07x as fast as plain stores outside them. Neither kind is right
+// for a whole launch, so each rank measures both.
+//
+// How: per collective and power-of-two size class, each rank keeps its last
+// three times per byte for each store kind (RecentTimes). A class's first
+// call is dropped (first touches of the pipe and the buffers); its next
+// call takes the kind preferred so far in any class (the host's spell
+// shows in every collective), the one after it the other kind. From then
+// on a call keeps the kind in use until the other's median is below
+// kMargin times its own, and one call in kExplorePeriod (one in
+// kRareExplorePeriod when the other kind measured at least twice as slow)
+// tries the other. Unlike WalkChooser, nothing is
+// exchanged: the store kind changes nothing a peer relies on, and every
+// rank's time of a synchronous walk includes its peers' stores, so the
+// ranks' medians, and their choices, agree but for noise. The schedule of
+// tries depends only on the call count, so the ranks try together and a
+// try measures every rank on the other kind.
+//
+// Thread-safety: one per communicator, used by the thread running its
+// operation (operations of a communicator run one at a time).
+class StagingChooser {
+ public:
+  enum class Stores { kPlain = 0, kStreaming = 1 };
+  static constexpr uint64_t kExplorePeriod = 16;
+  static constexpr uint64_t kRareExplorePeriod = 64;
+  // The other kind takes over below this share of the time of the kind in
+  // use. Calls of a 1 MiB allreduce through the pipe took 84-156 us with
+  // plain stores in one launch, and 121-171 with streaming ones: with
+  // medians of three, close figures would flip the choice (and the ranks
+  // apart) at random. The slow spells cost 3-4x.
+  static constexpr double kMargin = 0.8;
+  // Smaller walks (the whole buffer) stage with plain stores and are not
+  // timed.
+  static constexpr size_t kMinBytes = 256 * 1024;
+
+  // The stores of this call of `kind` moving `bytes`; counts the call.
+  Stores Choose(CollKind kind, size_t bytes);
+  // This rank's time for the call, which took `stores`.
+  void Record(CollKind kind, size_t bytes, Stores stores, int64_t nanos);
+
+ private:
+  struct Entry {
+    uint64_t calls = 0;
+    std::array<RecentTimes, 2> kinds;  // by Stores
+    bool trying = false;               // this call tries the kind not in use
+    Stores in_use = Stores::kPlain;
+  };
+  Entry& At(CollKind kind, size_t bytes);
+
+  static constexpr size_t kKinds = 5;  // allreduce, reduce, reduce_scatter, allgather(v), alltoall
+  static constexpr size_t kClasses = 65;
+  std::array<std::array<Entry, kClasses>, kKinds> entries_{};
+  Stores preferred_ = Stores::kPlain;  // the kind in use of the last class with both kinds measured
 };
 
 }  // namespace choir::algorithms

@@ -193,5 +193,136 @@ TEST(WalkChooserTest, MalformedOrEmptyTablesKeepThePipe) {
   EXPECT_EQ(std::bit_cast<double>(t[2]), 2.0);
 }
 
+// StagingChooser: each rank alone, from its own times.
+using Stores = StagingChooser::Stores;
+constexpr int kStagePeriod = static_cast<int>(StagingChooser::kExplorePeriod);
+constexpr int kStageRarePeriod = static_cast<int>(StagingChooser::kRareExplorePeriod);
+
+// `calls` calls of `kind` moving `bytes` on `c`, each taking ns(call, stores).
+std::vector<Stores> DriveStaging(StagingChooser& c, CollKind kind, size_t bytes, int calls,
+                                 const std::function<int64_t(int, Stores)>& ns) {
+  std::vector<Stores> kinds;
+  for (int call = 0; call < calls; ++call) {
+    const Stores s = c.Choose(kind, bytes);
+    kinds.push_back(s);
+    c.Record(kind, bytes, s, ns(call, s));
+  }
+  return kinds;
+}
+
+std::vector<int> CallsStaging(const std::vector<Stores>& kinds, Stores s) {
+  std::vector<int> calls;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    if (kinds[i] == s) calls.push_back(static_cast<int>(i));
+  }
+  return calls;
+}
+
+TEST(StagingChooserTest, PlainFirstThenStreamingOnceThenTheFasterWithPeriodicTries) {
+  StagingChooser c;
+  // Streaming 1.5x slower: tried at call 2 (the first measure of it), then
+  // once per period.
+  const auto kinds = DriveStaging(c, CollKind::kAllreduce, kBytes, 4 * kStagePeriod,
+                                  [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 150'000; });
+  EXPECT_EQ(CallsStaging(kinds, Stores::kStreaming), (std::vector<int>{2, 8, 24, 40, 56}));
+}
+
+TEST(StagingChooserTest, StreamingTakesOverAtOnceWhenFasterAndIsLeftOnlyForRareTries) {
+  StagingChooser c;
+  // The slow spell: plain stores 3x slower. Streaming from call 3; plain,
+  // twice as slow or more, tried once per rare period.
+  const auto kinds = DriveStaging(c, CollKind::kAllgather, kBytes, 2 * kStageRarePeriod,
+                                  [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 300'000 : 100'000; });
+  EXPECT_EQ(CallsStaging(kinds, Stores::kPlain), (std::vector<int>{0, 1, kStageRarePeriod / 2, kStageRarePeriod + kStageRarePeriod / 2}));
+}
+
+TEST(StagingChooserTest, TheOtherKindMustLeadByTheMargin) {
+  // Streaming at 0.81x of plain's time: tried, never taken; at 0.79x taken
+  // after its first try.
+  StagingChooser close;
+  const auto kept = DriveStaging(close, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
+                                 [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 81'000; });
+  EXPECT_EQ(CallsStaging(kept, Stores::kStreaming), (std::vector<int>{2, 8, 24, 40}));
+  StagingChooser ahead;
+  const auto taken = DriveStaging(ahead, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
+                                  [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 79'000; });
+  EXPECT_EQ(CallsStaging(taken, Stores::kPlain), (std::vector<int>{0, 1, 8, 24, 40}));
+}
+
+TEST(StagingChooserTest, ASpellStartingMovesToStreamingWithoutWaitingForATry) {
+  StagingChooser c;
+  // Plain stores 4x slower from call 50: after two slow calls their median
+  // shows it, and call 52 takes streaming; plain, now far behind, is next
+  // tried at call 96.
+  const auto kinds = DriveStaging(c, CollKind::kAllgather, kBytes, 100, [](int call, Stores s) -> int64_t {
+    if (s == Stores::kStreaming) return 130'000;
+    return call < 50 ? 100'000 : 400'000;
+  });
+  for (int call = 41; call < 100; ++call) {
+    EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, call < 52 || call == 96) << "call " << call;
+  }
+}
+
+TEST(StagingChooserTest, TheColdFirstCallIsDropped) {
+  StagingChooser c;
+  // Call 0 takes 100x as long (first touches): it must not count against plain.
+  const auto kinds = DriveStaging(c, CollKind::kAlltoall, kBytes, kStagePeriod, [](int call, Stores s) -> int64_t {
+    if (call == 0) return 10'000'000;
+    return s == Stores::kPlain ? 100'000 : 120'000;
+  });
+  EXPECT_EQ(CallsStaging(kinds, Stores::kStreaming), (std::vector<int>{2, 8}));
+}
+
+TEST(StagingChooserTest, BackToPlainStoresWhenTheSpellEnds) {
+  StagingChooser c;
+  // Plain 3x slower until call 100, then 2x faster than streaming: the rare
+  // try at call 160 finds it, and plain is kept after it.
+  const auto kinds = DriveStaging(c, CollKind::kReduceScatter, kBytes, 200, [](int call, Stores s) -> int64_t {
+    if (s == Stores::kStreaming) return 100'000;
+    return call < 100 ? 300'000 : 50'000;
+  });
+  for (int call = 3; call < 200; ++call) {
+    const bool plain = call == 32 || call == 96 || call >= 160;
+    EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, plain) << "call " << call;
+  }
+}
+
+TEST(StagingChooserTest, OneSlowCallDoesNotMoveTheChoice) {
+  StagingChooser c;
+  const auto kinds = DriveStaging(c, CollKind::kAllreduce, kBytes, 3 * kStagePeriod, [](int call, Stores s) -> int64_t {
+    // Every 7th call is interrupted and takes 10x as long with plain stores.
+    return s == Stores::kPlain ? (call % 7 == 5 ? 1'000'000 : 100'000) : 130'000;
+  });
+  EXPECT_EQ(CallsStaging(kinds, Stores::kStreaming), (std::vector<int>{2, 8, 24, 40}));  // the tries only
+}
+
+TEST(StagingChooserTest, ANewSizeOrCollectiveStartsWithTheLastChoice) {
+  StagingChooser c;
+  // 16 MiB allreduces learn that streaming is faster ...
+  DriveStaging(c, CollKind::kAllreduce, 16 * kBytes, 10,
+               [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 300'000 : 100'000; });
+  // ... so 64 MiB allgathers start with it and try plain at their call 2;
+  // their own figures decide from then on.
+  const auto kinds = DriveStaging(c, CollKind::kAllgather, 64 * kBytes, 6,
+                                  [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 70'000 : 100'000; });
+  EXPECT_EQ(kinds, (std::vector<Stores>{Stores::kStreaming, Stores::kStreaming, Stores::kPlain, Stores::kPlain,
+                                        Stores::kPlain, Stores::kPlain}));
+  // Collectives and size classes keep their own figures: 16 MiB allreduces
+  // still take streaming.
+  EXPECT_EQ(c.Choose(CollKind::kAllreduce, 16 * kBytes), Stores::kStreaming);
+}
+
+TEST(StagingChooserTest, FailedAndEmptyCallsAreIgnored) {
+  StagingChooser c;
+  EXPECT_EQ(c.Choose(CollKind::kAllreduce, kBytes), Stores::kPlain);  // call 0
+  c.Record(CollKind::kAllreduce, kBytes, Stores::kPlain, 1);          // cold: dropped
+  EXPECT_EQ(c.Choose(CollKind::kAllreduce, kBytes), Stores::kPlain);  // call 1
+  c.Record(CollKind::kAllreduce, kBytes, Stores::kPlain, 0);          // failed: no time
+  c.Record(CollKind::kAllreduce, 0, Stores::kPlain, 1000);
+  // Plain still unmeasured, so call 2 (the try) and 3 (back to the preferred kind).
+  EXPECT_EQ(c.Choose(CollKind::kAllreduce, kBytes), Stores::kStreaming);
+  EXPECT_EQ(c.Choose(CollKind::kAllreduce, kBytes), Stores::kPlain);
+}
+
 }  // namespace
 }  // namespace choir::algorithms

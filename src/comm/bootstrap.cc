@@ -103,6 +103,9 @@ Result<CommConfig> ResolveConfig(const CommOptions& options) {
   c.async_bytes = params::GetBytes(params::Id::kAsyncBytes);
   c.select.small_bytes = params::GetBytes(params::Id::kSmallBytes);
   c.select.adapt_walks = params::GetBool(params::Id::kShmAdapt);
+  const std::string staging = params::GetString(params::Id::kShmStaging);
+  using Staging = algorithms::SelectConfig::Staging;
+  c.select.staging = staging == "plain" ? Staging::kPlain : staging == "streaming" ? Staging::kStreaming : Staging::kAuto;
   CHOIR_ASSIGN_OR_RETURN(c.select.rules,
                          algorithms::ParseAlgoRules(params::GetString(params::Id::kAlgo)));
   return c;

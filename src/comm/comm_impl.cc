@@ -201,6 +201,7 @@ Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_
     ctx.set_layout(&layout_);
     ctx.set_select_config(&config_.select);
     ctx.set_walk_chooser(&walk_chooser_);
+    ctx.set_staging_chooser(&staging_chooser_);
     ctx.set_link_costs(intra_host_cost_, inter_host_cost_);
     auto algo = Select(ctx, args, options);
     if (!algo.ok()) return algo.status().WithContext(Describe(sig, seq));

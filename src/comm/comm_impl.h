@@ -184,6 +184,7 @@ class CommImpl {
   std::shared_ptr<diag::CommMetrics> metrics_;
   algorithms::Scratch scratch_;
   algorithms::WalkChooser walk_chooser_;  // same-host walks measured by this communicator
+  algorithms::StagingChooser staging_chooser_;  // and the store kind of the pipe's staging
   // The last default selection (Select); used by the thread running ops.
   struct SelectionCache {
     algorithms::CollKind kind = algorithms::CollKind::kBarrier;

@@ -611,6 +611,35 @@ TEST(CommPipeTest, HierarchicalStepsThroughThePipeMatchReference) {
   }
 }
 
+// The pipe's staging with each store kind (CHOIR_SHM_STAGING): exact
+// results, in place and not, 2 and 3 ranks, buffers past
+// StagingChooser::kMinBytes; under auto the sweep runs three times, so that
+// every collective and size takes plain stores (calls 0-1) and streaming
+// ones (call 2, the first try).
+TEST(CommPipeTest, StagingStoreKindsMatchReference) {
+  for (const char* staging : {"plain", "streaming", "auto"}) {
+    params::ScopedOverride stores("CHOIR_SHM_STAGING", staging);
+    for (int n : {2, 3}) {
+      auto results = RunRanks(n, [&](Communicator& comm) -> Status {
+        SweepOptions so;
+        so.ops = {"allreduce", "reduce_scatter", "allgather", "alltoall", "reduce"};
+        so.dtypes = {DataType::kFloat32, DataType::kBFloat16};
+        so.counts = {70001, 300001};
+        so.algorithm = "shm_pipe";
+        so.all_reduce_ops = false;
+        so.reduce_ops = {ReduceOp::kSum, ReduceOp::kAvg};
+        const int runs = std::string(staging) == "auto" ? 3 : 1;
+        for (int r = 0; r < runs; ++r) {
+          CHOIR_RETURN_IF_ERROR(CheckSweep(comm, so, "shm_pipe", 20).WithContext("run " + std::to_string(r)));
+        }
+        return Status::Ok();
+      }, TransportOptions("shm", 120s));
+      SCOPED_TRACE(std::to_string(n) + " ranks, CHOIR_SHM_STAGING=" + staging);
+      ExpectAllOk(results);
+    }
+  }
+}
+
 TEST(CommPipeTest, BadPipeSizeIsAnInvalidSettingNamingIt) {
   // Out of the setting's range: refused where it is set.
   const Status refused = SetSetting("CHOIR_SHM_PIPE_BYTES", "2G");
