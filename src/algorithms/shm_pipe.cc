@@ -107,24 +107,13 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const voi
   return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes, op.AllShared(), false};
 }
 
-// Runs run(walk) with the store kind of its staging set as CHOIR_SHM_STAGING
-// says: fixed, or (auto) the communicator's StagingChooser's choice for
-// `kind` and `bytes` (the whole buffer), timed for it.
+// Runs run(walk) with the store kind of its staging chosen (StagedStores)
+// for `kind` and `bytes` (the whole buffer).
 template <typename Run>
 Status RunStaged(Context& c, CollKind kind, size_t bytes, Walk walk, Run&& run) {
-  using Staging = SelectConfig::Staging;
-  const Staging mode = c.select_config() != nullptr ? c.select_config()->staging : Staging::kPlain;
-  StagingChooser* chooser = c.staging_chooser();
-  if (mode != Staging::kAuto || chooser == nullptr || bytes < StagingChooser::kMinBytes) {
-    walk.stage_streaming = mode == Staging::kStreaming;
-    return run(walk);
-  }
-  const StagingChooser::Stores stores = chooser->Choose(kind, bytes);
-  walk.stage_streaming = stores == StagingChooser::Stores::kStreaming;
-  const int64_t t0 = OpNanos();
-  Status s = run(walk);
-  if (s.ok()) chooser->Record(kind, bytes, stores, OpNanos() - t0);
-  return s;
+  StagedStores stores(c, kind, bytes, bytes >= StagingChooser::kMinBytes);
+  walk.stage_streaming = stores.streaming();
+  return stores.Done(run(walk));
 }
 
 // Elements from the start of the buffer to the end of the last of `blocks`.

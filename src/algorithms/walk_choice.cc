@@ -17,6 +17,10 @@ void RecentTimes::Reset(double v) {
   next = 0;
 }
 
+double RecentTimes::Least() const {
+  return kept == 0 ? 0 : *std::min_element(last.begin(), last.begin() + kept);
+}
+
 double RecentTimes::Median() const {
   if (kept < last.size()) return kept == 0 ? 0 : (last[0] + last[kept - 1]) / 2;  // one or two times
   std::array<double, 3> v = last;
@@ -97,35 +101,62 @@ StagingChooser::Entry& StagingChooser::At(CollKind kind, size_t bytes) {
   return entries_[k][static_cast<size_t>(std::bit_width(bytes))];
 }
 
+StagingChooser::Stores StagingChooser::StartTry(Entry& e, double in_use) {
+  e.try_left = kTryCalls - 1;
+  e.fresh = true;
+  e.ref = in_use;
+  return e.in_use == Stores::kPlain ? Stores::kStreaming : Stores::kPlain;
+}
+
 StagingChooser::Stores StagingChooser::Choose(CollKind kind, size_t bytes) {
   Entry& e = At(kind, bytes);
   const uint64_t call = e.calls++;
   const auto other_of = [](Stores s) { return s == Stores::kPlain ? Stores::kStreaming : Stores::kPlain; };
   if (call == 0) e.in_use = preferred_;
-  const double use = e.kinds[static_cast<size_t>(e.in_use)].Median();
-  const double alt = e.kinds[static_cast<size_t>(other_of(e.in_use))].Median();
-  e.trying = false;
-  if (use <= 0 || alt <= 0) {
-    // Calls 0 (dropped) and 1 take the kind in use; call 2 tries the other.
-    e.trying = call == 2;
-    return e.trying ? other_of(e.in_use) : e.in_use;
+  if (e.try_left > 0) {  // the rest of a try
+    --e.try_left;
+    return other_of(e.in_use);
   }
-  if (alt < kMargin * use) e.in_use = other_of(e.in_use);
-  preferred_ = e.in_use;
-  const bool far_behind = std::max(use, alt) >= 2 * std::min(use, alt);
+  const double use = e.kinds[static_cast<size_t>(e.in_use)].Least();
+  const double alt = e.kinds[static_cast<size_t>(other_of(e.in_use))].Least();
+  if (use <= 0) return e.in_use;  // its first counted call still to come
+  // The first class measures the other kind as soon as the kind in use has
+  // a figure; later ones start from its verdict and try at the period.
+  if (alt <= 0 && !decided_ && e.ref <= 0) return StartTry(e, use);
+  double in_use = use;
+  if (alt > 0) {
+    const double margin = e.in_use == Stores::kPlain ? kStreamingMargin : kPlainMargin;
+    if (alt < margin * use) {
+      e.in_use = other_of(e.in_use);
+      in_use = alt;
+      e.ref = alt;
+    }
+    preferred_ = e.in_use;
+    decided_ = true;
+  }
+  if (e.ref <= 0) e.ref = in_use;
+  const bool far_behind = alt > 0 && std::max(use, alt) >= 2 * std::min(use, alt);
   const uint64_t period = far_behind ? kRareExplorePeriod : kExplorePeriod;
-  e.trying = call % period == period / 2;
-  return e.trying ? other_of(e.in_use) : e.in_use;
+  // The kind in use got kChange times slower or faster since the other was
+  // last measured: a spell started or ended, and the other's figure is stale.
+  const bool changed = in_use > kChange * e.ref || kChange * in_use < e.ref;
+  if (call % period == period / 2 || changed) return StartTry(e, in_use);
+  return e.in_use;
 }
 
 void StagingChooser::Record(CollKind kind, size_t bytes, Stores stores, int64_t nanos) {
   if (bytes == 0 || nanos <= 0) return;
   Entry& e = At(kind, bytes);
-  if (e.calls == 1) return;  // cold: first touches
+  // The class's first call (first touches) and a call after one of the
+  // other kind (the caches still hold what that left) are not counted.
+  const bool settled = e.last == static_cast<int>(stores);
+  e.last = static_cast<int>(stores);
+  if (!settled) return;
   const double now = static_cast<double>(nanos) / static_cast<double>(bytes);
   RecentTimes& t = e.kinds[static_cast<size_t>(stores)];
-  if (e.trying) {
-    t.Reset(now);
+  if (stores != e.in_use && e.fresh) {
+    t.Reset(now);  // a try speaks for its kind alone
+    e.fresh = false;
   } else {
     t.Add(now);
   }

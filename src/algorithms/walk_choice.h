@@ -59,6 +59,7 @@ struct RecentTimes {
   void Add(double v);
   void Reset(double v);   // a try speaks for its choice alone
   double Median() const;  // 0: none yet
+  double Least() const;   // 0: none yet
 };
 
 class WalkChooser {
@@ -122,42 +123,62 @@ class WalkChooser {
 // streaming stores, so that it reads them from memory.
 //
 // Why: on the AMD EPYC Zen 4 VM this project measures on, reading what the
-// other vCPU has just written runs in some launches, and in some spells of
-// a launch, at a third to a quarter of its usual speed (a 256 KiB
-// allgather through the pipe took 20-33 us per call in some launches,
-// 93-170 in others; docs/performance.md, "The pipe's launches run in
-// modes"). Streaming staging is steady through those spells, but
-// 0.71-1.07x as fast as plain stores outside them. Neither kind is right
-// for a whole launch, so each rank measures both.
+// other vCPU has just written runs in some spells, minutes long, at a
+// third to a quarter of its usual speed, and in others twice as fast (a
+// 256 KiB allgather through the pipe took 20-33 us per call in some
+// launches, 93-170 in others; docs/performance.md, "The pipe's launches
+// run in modes"). Streaming staging is steady through the slow spells, but
+// 0.62-0.97x as fast as plain stores outside them. Neither kind is right
+// for a whole job, so each rank measures both.
 //
 // How: per collective and power-of-two size class, each rank keeps its last
-// three times per byte for each store kind (RecentTimes). A class's first
-// call is dropped (first touches of the pipe and the buffers); its next
-// call takes the kind preferred so far in any class (the host's spell
-// shows in every collective), the one after it the other kind. From then
-// on a call keeps the kind in use until the other's median is below
-// kMargin times its own, and one call in kExplorePeriod (one in
-// kRareExplorePeriod when the other kind measured at least twice as slow)
-// tries the other. Unlike WalkChooser, nothing is
-// exchanged: the store kind changes nothing a peer relies on, and every
-// rank's time of a synchronous walk includes its peers' stores, so the
-// ranks' medians, and their choices, agree but for noise. The schedule of
-// tries depends only on the call count, so the ranks try together and a
-// try measures every rank on the other kind.
+// three times per byte for each store kind and takes the least
+// (RecentTimes::Least: interference only ever makes a call slower). A
+// class's first call (first touches) and every call after one of the other
+// kind (what that kind left in the caches slowed the next one or two) are
+// not counted. A class starts with the kind in use in the last class that
+// had both measured (a spell shows in every collective); the first class
+// of a communicator, with nothing to go by, measures the other kind at
+// once (calls 2-4). From then on a call keeps the kind in use until the
+// other's figure is below kStreamingMargin (for streaming stores) or
+// kPlainMargin (for plain ones) times its own, and a try of kTryCalls
+// calls of the other kind comes once per kExplorePeriod calls
+// (kRareExplorePeriod when the other kind measured at least twice as
+// slow), and at once when the kind in use got kChange times slower or
+// faster since the last try (a spell starting or ending). Unlike
+// WalkChooser, nothing is exchanged: the store kind changes nothing a peer
+// relies on, and every rank's time of these synchronous walks includes
+// its peers' stores, so the ranks' figures, and their choices, agree but
+// for noise; ranks that disagree only run mixed. Periodic tries fall on
+// the same call numbers on every rank, so the ranks try together.
 //
 // Thread-safety: one per communicator, used by the thread running its
 // operation (operations of a communicator run one at a time).
 class StagingChooser {
  public:
   enum class Stores { kPlain = 0, kStreaming = 1 };
-  static constexpr uint64_t kExplorePeriod = 16;
-  static constexpr uint64_t kRareExplorePeriod = 64;
-  // The other kind takes over below this share of the time of the kind in
-  // use. Calls of a 1 MiB allreduce through the pipe took 84-156 us with
-  // plain stores in one launch, and 121-171 with streaming ones: with
-  // medians of three, close figures would flip the choice (and the ranks
-  // apart) at random. The slow spells cost 3-4x.
-  static constexpr double kMargin = 0.8;
+  // A try is kTryCalls calls of the other kind, the first not counted: a
+  // 1 MiB alltoall through the pipe ran 1.4-1.8x slower for the first one
+  // or two calls after a change of kind. One try per kExplorePeriod calls
+  // costs 3-5 % where the other kind runs at 0.6x.
+  static constexpr uint64_t kTryCalls = 3;
+  static constexpr uint64_t kExplorePeriod = 64;
+  static constexpr uint64_t kRareExplorePeriod = 256;
+  // The kind in use getting this much slower or faster since the other was
+  // last tried starts a try at once: the first 10-150 calls of a launch ran
+  // 3-10x slower with either kind, and the spells come and go within a
+  // launch.
+  static constexpr double kChange = 1.5;
+  // Streaming stores take over below this share of plain stores' time, and
+  // plain ones take back over below kPlainMargin times streaming's. The
+  // slow spells cost plain stores 3-4x; outside them streaming ran at
+  // 0.62-0.97x, and in the first calls of a launch either kind measured
+  // 1.5-1.8x the other by chance (1 MiB alltoalls through the pipe), which
+  // with an even margin of 0.8 took streaming for whole launches (1 MiB
+  // reduce_scatters and reduces 0.72-0.73x as fast as with plain stores
+  // alone, 7 interleaved launches).
+  static constexpr double kStreamingMargin = 0.5;
+  static constexpr double kPlainMargin = 1.0;
   // Smaller walks (the whole buffer) stage with plain stores and are not
   // timed.
   static constexpr size_t kMinBytes = 256 * 1024;
@@ -171,15 +192,21 @@ class StagingChooser {
   struct Entry {
     uint64_t calls = 0;
     std::array<RecentTimes, 2> kinds;  // by Stores
-    bool trying = false;               // this call tries the kind not in use
     Stores in_use = Stores::kPlain;
+    uint64_t try_left = 0;  // calls of the try under way still to come
+    bool fresh = false;     // no call of the try under way counted yet
+    int last = -1;          // the Stores of the last call recorded (-1: none)
+    double ref = 0;         // the figure of the kind in use when the other was last tried
   };
   Entry& At(CollKind kind, size_t bytes);
+  // Starts a try of the kind not in use; returns it.
+  Stores StartTry(Entry& e, double in_use);
 
   static constexpr size_t kKinds = 5;  // allreduce, reduce, reduce_scatter, allgather(v), alltoall
   static constexpr size_t kClasses = 65;
   std::array<std::array<Entry, kClasses>, kKinds> entries_{};
   Stores preferred_ = Stores::kPlain;  // the kind in use of the last class with both kinds measured
+  bool decided_ = false;               // some class has had both kinds measured
 };
 
 }  // namespace choir::algorithms

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <functional>
 #include <vector>
@@ -218,72 +219,124 @@ std::vector<int> CallsStaging(const std::vector<Stores>& kinds, Stores s) {
   return calls;
 }
 
+// The calls of a try of the other kind in [from, to): kTryCalls from the
+// middle of every period.
+std::vector<int> TryCalls(int from, int to, int period) {
+  std::vector<int> calls;
+  for (int c = from; c < to; ++c) {
+    if (c % period >= period / 2 && c % period < period / 2 + static_cast<int>(StagingChooser::kTryCalls)) {
+      calls.push_back(c);
+    }
+  }
+  return calls;
+}
+
+std::vector<int> Concat(std::vector<int> a, const std::vector<int>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 TEST(StagingChooserTest, PlainFirstThenStreamingOnceThenTheFasterWithPeriodicTries) {
   StagingChooser c;
-  // Streaming 1.5x slower: tried at call 2 (the first measure of it), then
-  // once per period.
+  // Streaming 1.5x slower: calls 2-4 measure it (the first class of a
+  // communicator), then a try once per period.
   const auto kinds = DriveStaging(c, CollKind::kAllreduce, kBytes, 4 * kStagePeriod,
                                   [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 150'000; });
-  EXPECT_EQ(CallsStaging(kinds, Stores::kStreaming), (std::vector<int>{2, 8, 24, 40, 56}));
+  EXPECT_EQ(CallsStaging(kinds, Stores::kStreaming), Concat({2, 3, 4}, TryCalls(5, 4 * kStagePeriod, kStagePeriod)));
 }
 
 TEST(StagingChooserTest, StreamingTakesOverAtOnceWhenFasterAndIsLeftOnlyForRareTries) {
   StagingChooser c;
-  // The slow spell: plain stores 3x slower. Streaming from call 3; plain,
+  // The slow spell: plain stores 3x slower. Streaming from call 5; plain,
   // twice as slow or more, tried once per rare period.
   const auto kinds = DriveStaging(c, CollKind::kAllgather, kBytes, 2 * kStageRarePeriod,
                                   [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 300'000 : 100'000; });
-  EXPECT_EQ(CallsStaging(kinds, Stores::kPlain), (std::vector<int>{0, 1, kStageRarePeriod / 2, kStageRarePeriod + kStageRarePeriod / 2}));
+  EXPECT_EQ(CallsStaging(kinds, Stores::kPlain),
+            Concat({0, 1}, TryCalls(5, 2 * kStageRarePeriod, kStageRarePeriod)));
 }
 
-TEST(StagingChooserTest, TheOtherKindMustLeadByTheMargin) {
-  // Streaming at 0.81x of plain's time: tried, never taken; at 0.79x taken
-  // after its first try.
+TEST(StagingChooserTest, StreamingMustRunInHalfThePlainTime) {
+  // Streaming at 0.51x of plain's time: tried, never taken; at 0.49x taken
+  // once measured.
   StagingChooser close;
   const auto kept = DriveStaging(close, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
-                                 [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 81'000; });
-  EXPECT_EQ(CallsStaging(kept, Stores::kStreaming), (std::vector<int>{2, 8, 24, 40}));
+                                 [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 51'000; });
+  EXPECT_EQ(CallsStaging(kept, Stores::kStreaming), Concat({2, 3, 4}, TryCalls(5, 3 * kStagePeriod, kStagePeriod)));
   StagingChooser ahead;
   const auto taken = DriveStaging(ahead, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
-                                  [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 79'000; });
-  EXPECT_EQ(CallsStaging(taken, Stores::kPlain), (std::vector<int>{0, 1, 8, 24, 40}));
+                                  [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 49'000; });
+  EXPECT_EQ(CallsStaging(taken, Stores::kPlain), Concat({0, 1}, TryCalls(5, 3 * kStagePeriod, kStageRarePeriod)));
+}
+
+TEST(StagingChooserTest, PlainStoresTakeBackOverAsSoonAsTheyAreFaster) {
+  // Streaming in use (3x faster), then plain at 0.95x of streaming's time
+  // from call 100: the rare try finds it and plain stays.
+  StagingChooser c;
+  constexpr int kCalls = kStageRarePeriod / 2 + 12;
+  const auto kinds = DriveStaging(c, CollKind::kAllgather, kBytes, kCalls, [](int call, Stores s) -> int64_t {
+    if (s == Stores::kStreaming) return 100'000;
+    return call < 100 ? 300'000 : 95'000;
+  });
+  for (int call = 5; call < kCalls; ++call) {
+    EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, call >= kStageRarePeriod / 2) << "call " << call;
+  }
+}
+
+TEST(StagingChooserTest, TheCallAfterAChangeOfKindIsNotCounted) {
+  StagingChooser c;
+  // Streaming runs at 0.4x of plain's time, but its first call after plain
+  // ones at 3x (and plain's first after streaming at 2x): the first call
+  // of a try does not count, so streaming is taken from call 5.
+  Stores prev = Stores::kPlain;
+  const auto kinds = DriveStaging(c, CollKind::kAlltoall, kBytes, 3 * kStagePeriod, [&](int, Stores s) -> int64_t {
+    const bool changed = s != prev;
+    prev = s;
+    if (s == Stores::kStreaming) return changed ? 300'000 : 40'000;
+    return changed ? 200'000 : 100'000;
+  });
+  EXPECT_EQ(CallsStaging(kinds, Stores::kPlain), Concat({0, 1}, TryCalls(5, 3 * kStagePeriod, kStageRarePeriod)));
 }
 
 TEST(StagingChooserTest, ASpellStartingMovesToStreamingWithoutWaitingForATry) {
   StagingChooser c;
-  // Plain stores 4x slower from call 50: after two slow calls their median
-  // shows it, and call 52 takes streaming; plain, now far behind, is next
-  // tried at call 96.
+  // Plain stores 4x slower from call 50: once three slow calls show it
+  // (their least), call 53 takes streaming.
   const auto kinds = DriveStaging(c, CollKind::kAllgather, kBytes, 100, [](int call, Stores s) -> int64_t {
     if (s == Stores::kStreaming) return 130'000;
     return call < 50 ? 100'000 : 400'000;
   });
-  for (int call = 41; call < 100; ++call) {
-    EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, call < 52 || call == 96) << "call " << call;
+  for (int call = 35; call < 100; ++call) {
+    EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, call < 53) << "call " << call;
   }
 }
 
-TEST(StagingChooserTest, TheColdFirstCallIsDropped) {
+TEST(StagingChooserTest, AChangeOfTheKindInUseTriesTheOtherAtOnce) {
   StagingChooser c;
-  // Call 0 takes 100x as long (first touches): it must not count against plain.
-  const auto kinds = DriveStaging(c, CollKind::kAlltoall, kBytes, kStagePeriod, [](int call, Stores s) -> int64_t {
-    if (call == 0) return 10'000'000;
-    return s == Stores::kPlain ? 100'000 : 120'000;
+  // The first 40 calls run 4-10x slower (a launch warming up), streaming
+  // then 2.5x faster than plain, afterwards 1.5x slower. Streaming from call
+  // 5; when its own figure shows the change (after call 40), plain is
+  // tried at once, not at the rare period's middle, and taken after the
+  // try.
+  const auto kinds = DriveStaging(c, CollKind::kReduceScatter, kBytes, 64, [](int call, Stores s) -> int64_t {
+    if (s == Stores::kStreaming) return call < 40 ? 400'000 : 150'000;
+    return call < 40 ? 1'000'000 : 100'000;
   });
-  EXPECT_EQ(CallsStaging(kinds, Stores::kStreaming), (std::vector<int>{2, 8}));
+  for (int call = 5; call < 64; ++call) {
+    EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, call >= 41) << "call " << call;
+  }
 }
 
 TEST(StagingChooserTest, BackToPlainStoresWhenTheSpellEnds) {
   StagingChooser c;
   // Plain 3x slower until call 100, then 2x faster than streaming: the rare
-  // try at call 160 finds it, and plain is kept after it.
-  const auto kinds = DriveStaging(c, CollKind::kReduceScatter, kBytes, 200, [](int call, Stores s) -> int64_t {
+  // try after it finds that, and plain is kept from then on.
+  constexpr int kCalls = kStageRarePeriod / 2 + 12;
+  const auto kinds = DriveStaging(c, CollKind::kReduceScatter, kBytes, kCalls, [](int call, Stores s) -> int64_t {
     if (s == Stores::kStreaming) return 100'000;
     return call < 100 ? 300'000 : 50'000;
   });
-  for (int call = 3; call < 200; ++call) {
-    const bool plain = call == 32 || call == 96 || call >= 160;
-    EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, plain) << "call " << call;
+  for (int call = 5; call < kCalls; ++call) {
+    EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, call >= kStageRarePeriod / 2) << "call " << call;
   }
 }
 
@@ -293,7 +346,17 @@ TEST(StagingChooserTest, OneSlowCallDoesNotMoveTheChoice) {
     // Every 7th call is interrupted and takes 10x as long with plain stores.
     return s == Stores::kPlain ? (call % 7 == 5 ? 1'000'000 : 100'000) : 130'000;
   });
-  EXPECT_EQ(CallsStaging(kinds, Stores::kStreaming), (std::vector<int>{2, 8, 24, 40}));  // the tries only
+  EXPECT_EQ(CallsStaging(kinds, Stores::kStreaming), Concat({2, 3, 4}, TryCalls(5, 3 * kStagePeriod, kStagePeriod)));
+}
+
+TEST(StagingChooserTest, TheColdFirstCallIsDropped) {
+  StagingChooser c;
+  // Call 0 takes 100x as long (first touches): it must not count against plain.
+  const auto kinds = DriveStaging(c, CollKind::kAlltoall, kBytes, kStagePeriod, [](int call, Stores s) -> int64_t {
+    if (call == 0) return 10'000'000;
+    return s == Stores::kPlain ? 100'000 : 120'000;
+  });
+  EXPECT_EQ(CallsStaging(kinds, Stores::kStreaming), Concat({2, 3, 4}, TryCalls(5, kStagePeriod, kStagePeriod)));
 }
 
 TEST(StagingChooserTest, ANewSizeOrCollectiveStartsWithTheLastChoice) {
@@ -301,12 +364,14 @@ TEST(StagingChooserTest, ANewSizeOrCollectiveStartsWithTheLastChoice) {
   // 16 MiB allreduces learn that streaming is faster ...
   DriveStaging(c, CollKind::kAllreduce, 16 * kBytes, 10,
                [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 300'000 : 100'000; });
-  // ... so 64 MiB allgathers start with it and try plain at their call 2;
-  // their own figures decide from then on.
-  const auto kinds = DriveStaging(c, CollKind::kAllgather, 64 * kBytes, 6,
+  // ... so 64 MiB allgathers take it from their first call and try plain
+  // only at the period; their own figures decide from then on.
+  const int calls = kStagePeriod / 2 + static_cast<int>(StagingChooser::kTryCalls) + 4;
+  const auto kinds = DriveStaging(c, CollKind::kAllgather, 64 * kBytes, calls,
                                   [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 70'000 : 100'000; });
-  EXPECT_EQ(kinds, (std::vector<Stores>{Stores::kStreaming, Stores::kStreaming, Stores::kPlain, Stores::kPlain,
-                                        Stores::kPlain, Stores::kPlain}));
+  for (int call = 0; call < calls; ++call) {
+    EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, call >= kStagePeriod / 2) << "call " << call;
+  }
   // Collectives and size classes keep their own figures: 16 MiB allreduces
   // still take streaming.
   EXPECT_EQ(c.Choose(CollKind::kAllreduce, 16 * kBytes), Stores::kStreaming);
@@ -315,13 +380,15 @@ TEST(StagingChooserTest, ANewSizeOrCollectiveStartsWithTheLastChoice) {
 TEST(StagingChooserTest, FailedAndEmptyCallsAreIgnored) {
   StagingChooser c;
   EXPECT_EQ(c.Choose(CollKind::kAllreduce, kBytes), Stores::kPlain);  // call 0
-  c.Record(CollKind::kAllreduce, kBytes, Stores::kPlain, 1);          // cold: dropped
+  c.Record(CollKind::kAllreduce, kBytes, Stores::kPlain, 1);          // the first: not counted
   EXPECT_EQ(c.Choose(CollKind::kAllreduce, kBytes), Stores::kPlain);  // call 1
   c.Record(CollKind::kAllreduce, kBytes, Stores::kPlain, 0);          // failed: no time
   c.Record(CollKind::kAllreduce, 0, Stores::kPlain, 1000);
-  // Plain still unmeasured, so call 2 (the try) and 3 (back to the preferred kind).
-  EXPECT_EQ(c.Choose(CollKind::kAllreduce, kBytes), Stores::kStreaming);
+  // Plain still unmeasured: no try yet.
   EXPECT_EQ(c.Choose(CollKind::kAllreduce, kBytes), Stores::kPlain);
+  c.Record(CollKind::kAllreduce, kBytes, Stores::kPlain, 100'000);
+  // Now it is: the try of streaming begins.
+  EXPECT_EQ(c.Choose(CollKind::kAllreduce, kBytes), Stores::kStreaming);
 }
 
 }  // namespace
