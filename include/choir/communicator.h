@@ -68,6 +68,9 @@ struct WorkInfo {
   uint64_t sequence = 0;
   double seconds = 0;
   int source_rank = -1;  // for Recv from any source
+  // A same-host walk staged the chunks its peers read with streaming stores
+  // (CHOIR_SHM_STAGING; choir perf counts these calls as "+stream").
+  bool streaming_stages = false;
 };
 
 class Work {

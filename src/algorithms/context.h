@@ -112,6 +112,8 @@ class Context {
   // Marks that a same-host walk took the kernel copy (walk_choice.h; shown
   // as "+cma" after the algorithm's name).
   void NoteKernelWalk() const { NoteRoute(transport::kRouteKernelWalk); }
+  // A pipe walk staged with streaming stores (StagingChooser).
+  void NoteStreamingStages() const { NoteRoute(transport::kRouteStreamingStages); }
   void CountSharedRead(int group_rank, uint64_t bytes) { endpoint_->CountSharedRead(CommRank(group_rank), bytes); }
   uint64_t sig_word() const { return sig_word_; }
   uint64_t sig_count() const { return sig_count_; }

@@ -113,6 +113,7 @@ template <typename Run>
 Status RunStaged(Context& c, CollKind kind, size_t bytes, Walk walk, Run&& run) {
   StagedStores stores(c, kind, bytes, bytes >= StagingChooser::kMinBytes);
   walk.stage_streaming = stores.streaming();
+  if (walk.stage_streaming) c.NoteStreamingStages();
   return stores.Done(run(walk));
 }
 

@@ -92,13 +92,17 @@ void WalkChooser::Record(CollKind kind, size_t bytes, Walk walk, int64_t nanos) 
   }
 }
 
-StagingChooser::Entry& StagingChooser::At(CollKind kind, size_t bytes) {
+size_t StagingChooser::KindIndex(CollKind kind) {
   size_t k = 0;  // allreduce, and anything else
   if (kind == CollKind::kReduce) k = 1;
   if (kind == CollKind::kReduceScatter) k = 2;
   if (kind == CollKind::kAllgather || kind == CollKind::kAllgatherV) k = 3;
   if (kind == CollKind::kAlltoall) k = 4;
-  return entries_[k][static_cast<size_t>(std::bit_width(bytes))];
+  return k;
+}
+
+StagingChooser::Entry& StagingChooser::At(CollKind kind, size_t bytes) {
+  return entries_[KindIndex(kind)][static_cast<size_t>(std::bit_width(bytes))];
 }
 
 StagingChooser::Stores StagingChooser::StartTry(Entry& e, double in_use) {
@@ -109,20 +113,44 @@ StagingChooser::Stores StagingChooser::StartTry(Entry& e, double in_use) {
 }
 
 StagingChooser::Stores StagingChooser::Choose(CollKind kind, size_t bytes) {
-  Entry& e = At(kind, bytes);
+  const size_t k = KindIndex(kind);
+  const size_t cls = static_cast<size_t>(std::bit_width(bytes));
+  Entry& e = entries_[k][cls];
   const uint64_t call = e.calls++;
   const auto other_of = [](Stores s) { return s == Stores::kPlain ? Stores::kStreaming : Stores::kPlain; };
-  if (call == 0) e.in_use = preferred_;
+  if (call == 0) {
+    e.in_use = preferred_;
+    // The nearest smaller size of this collective that ran the same kind
+    // sets the reference: a size that runs kChange times slower per byte
+    // is tried with the other kind (a spell that began since).
+    for (size_t c = cls; c-- > 0 && cls - c <= kNeighbourClasses;) {
+      const Entry& n = entries_[k][c];
+      if (n.calls == 0) continue;
+      if (n.in_use == e.in_use) {
+        e.ref = n.kinds[static_cast<size_t>(n.in_use)].Least();
+        e.neighbour_ref = e.ref > 0;
+      }
+      break;
+    }
+  }
   if (e.try_left > 0) {  // the rest of a try
     --e.try_left;
     return other_of(e.in_use);
   }
   const double use = e.kinds[static_cast<size_t>(e.in_use)].Least();
   const double alt = e.kinds[static_cast<size_t>(other_of(e.in_use))].Least();
-  if (use <= 0) return e.in_use;  // its first counted call still to come
-  // The first class measures the other kind as soon as the kind in use has
-  // a figure; later ones start from its verdict and try at the period.
-  if (alt <= 0 && !decided_ && e.ref <= 0) return StartTry(e, use);
+  if (use <= 0) {
+    // The first class of a communicator, with nothing to go by, measures
+    // the other kind first (calls 1-2), then the kind in use (3-4): a
+    // launch's first calls are warm-up more than measurement, and so the
+    // other kind costs it no call after the warm-up if it is the slower.
+    if (!decided_ && call == 1 && alt <= 0) {
+      e.try_left = 1;
+      e.fresh = true;
+      return other_of(e.in_use);
+    }
+    return e.in_use;  // its first counted call still to come
+  }
   double in_use = use;
   if (alt > 0) {
     const double margin = e.in_use == Stores::kPlain ? kStreamingMargin : kPlainMargin;
@@ -134,11 +162,15 @@ StagingChooser::Stores StagingChooser::Choose(CollKind kind, size_t bytes) {
     preferred_ = e.in_use;
     decided_ = true;
   }
-  if (e.ref <= 0) e.ref = in_use;
+  // A size faster per byte than the smaller one is the usual case (less
+  // work per call), no change: only a slower one counts.
+  if (e.ref <= 0 || (e.neighbour_ref && in_use < e.ref)) e.ref = in_use;
+  e.neighbour_ref = false;
   const bool far_behind = alt > 0 && std::max(use, alt) >= 2 * std::min(use, alt);
   const uint64_t period = far_behind ? kRareExplorePeriod : kExplorePeriod;
   // The kind in use got kChange times slower or faster since the other was
-  // last measured: a spell started or ended, and the other's figure is stale.
+  // last measured (or than the smaller size): a spell started or ended,
+  // and the other's figure is stale.
   const bool changed = in_use > kChange * e.ref || kChange * in_use < e.ref;
   if (call % period == period / 2 || changed) return StartTry(e, in_use);
   return e.in_use;

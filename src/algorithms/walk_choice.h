@@ -137,9 +137,11 @@ class WalkChooser {
 // class's first call (first touches) and every call after one of the other
 // kind (what that kind left in the caches slowed the next one or two) are
 // not counted. A class starts with the kind in use in the last class that
-// had both measured (a spell shows in every collective); the first class
-// of a communicator, with nothing to go by, measures the other kind at
-// once (calls 2-4). From then on a call keeps the kind in use until the
+// had both measured (a spell shows in every collective), and with the
+// figure of the nearest smaller size of its collective that runs that kind
+// as the reference for kChange below; the first class of a communicator,
+// with nothing to go by, measures the other kind first (calls 1-2), then
+// the kind in use (calls 3-4). From then on a call keeps the kind in use until the
 // other's figure is below kStreamingMargin (for streaming stores) or
 // kPlainMargin (for plain ones) times its own, and a try of kTryCalls
 // calls of the other kind comes once per kExplorePeriod calls
@@ -169,6 +171,8 @@ class StagingChooser {
   // 3-10x slower with either kind, and the spells come and go within a
   // launch.
   static constexpr double kChange = 1.5;
+  // How many size classes down a new class looks for its reference.
+  static constexpr size_t kNeighbourClasses = 4;
   // Streaming stores take over below this share of plain stores' time, and
   // plain ones take back over below kPlainMargin times streaming's. The
   // slow spells cost plain stores 3-4x; outside them streaming ran at
@@ -197,7 +201,9 @@ class StagingChooser {
     bool fresh = false;     // no call of the try under way counted yet
     int last = -1;          // the Stores of the last call recorded (-1: none)
     double ref = 0;         // the figure of the kind in use when the other was last tried
+    bool neighbour_ref = false;  // ref is still the smaller size's figure
   };
+  static size_t KindIndex(CollKind kind);
   Entry& At(CollKind kind, size_t bytes);
   // Starts a try of the kind not in use; returns it.
   Stores StartTry(Entry& e, double in_use);

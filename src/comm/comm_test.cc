@@ -621,6 +621,23 @@ TEST(CommPipeTest, StagingStoreKindsMatchReference) {
     params::ScopedOverride stores("CHOIR_SHM_STAGING", staging);
     for (int n : {2, 3}) {
       auto results = RunRanks(n, [&](Communicator& comm) -> Status {
+        // WorkInfo says which calls staged with streaming stores: all or
+        // none when fixed; under auto, in the communicator's first class,
+        // calls 1-2 (StagingChooser's first measure of the other kind).
+        std::vector<float> in(300001, 1.0f), out(300001, 0.0f);
+        CallOptions pipe;
+        pipe.algorithm = "shm_pipe";
+        for (int call = 0; call < 5; ++call) {
+          Work w = comm.Allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum, pipe);
+          CHOIR_RETURN_IF_ERROR(w.Wait());
+          const std::string mode = staging;
+          const bool want = mode == "streaming" || (mode == "auto" && (call == 1 || call == 2));
+          if (w.info().streaming_stages != want || out[123] != static_cast<float>(comm.size())) {
+            return Status(Code::kInternal, "call " + std::to_string(call) + ": streaming_stages " +
+                                               std::to_string(w.info().streaming_stages) + ", out " +
+                                               std::to_string(out[123]));
+          }
+        }
         SweepOptions so;
         so.ops = {"allreduce", "reduce_scatter", "allgather", "alltoall", "reduce"};
         so.dtypes = {DataType::kFloat32, DataType::kBFloat16};

@@ -141,6 +141,7 @@ WorkInfo Work::info() const {
     if (i.route & transport::kRouteKernelWalk) out.algorithm += "+cma";
     if (i.route & transport::kRouteShared) out.algorithm += "+shared";
   }
+  out.streaming_stages = (i.route & transport::kRouteStreamingStages) != 0;
   out.sequence = i.sequence;
   out.seconds = i.seconds;
   out.source_rank = i.source_rank;

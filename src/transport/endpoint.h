@@ -59,6 +59,7 @@ class RunObserver {
 enum RouteBit : uint8_t {
   kRouteKernelWalk = 1,  // "+cma": a same-host walk chose the kernel copy at run time
   kRouteShared = 2,      // "+shared": read or wrote a peer's SharedBuffer directly
+  kRouteStreamingStages = 4,  // not in the name: WorkInfo::streaming_stages
 };
 
 struct RunHooks {

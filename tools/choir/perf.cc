@@ -189,9 +189,10 @@ struct Sample {
 };
 
 // Calls from this size on count their route one by one: a same-host walk
-// may switch between calls ("shm_pipe" and "shm_pipe+cma",
-// docs/algorithms.md), and reading WorkInfo costs nothing next to such a
-// call; smaller sizes show the first call's.
+// may switch between calls ("shm_pipe" and "shm_pipe+cma", and
+// "shm_pipe+stream" for streaming staging; docs/algorithms.md), and
+// reading WorkInfo costs nothing next to such a call; smaller sizes show
+// the first call's.
 constexpr uint64_t kRoutesMinBytes = 64 * 1024;
 
 // "shm_pipe", or "shm_pipe (12x +cma)" when 12 calls took another route;
@@ -607,7 +608,7 @@ class PerfCommand : public Subcommand {
       Work w = Issue(c, op, t, rop, count, call);
       CHOIR_RETURN_IF_ERROR(w.Wait());
       mine[static_cast<size_t>(i)] = static_cast<double>(NowNanos() - t0) * 1e-3;
-      if (i == 0 || every_route) ++routes[w.info().algorithm];
+      if (i == 0 || every_route) ++routes[w.info().algorithm + (w.info().streaming_stages ? "+stream" : "")];
     }
     std::vector<double> all(mine.size() * n);
     CHOIR_RETURN_IF_ERROR(c.Gather(mine.data(), all.data(), mine.size(), DataType::kFloat64, 0).Wait());
