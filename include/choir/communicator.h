@@ -68,8 +68,9 @@ struct WorkInfo {
   uint64_t sequence = 0;
   double seconds = 0;
   int source_rank = -1;  // for Recv from any source
-  // A same-host walk staged the chunks its peers read with streaming stores
-  // (CHOIR_SHM_STAGING; choir perf counts these calls as "+stream").
+  // This rank's same-host walk staged the chunks its peers read with
+  // streaming stores (CHOIR_SHM_STAGING; each rank chooses for itself;
+  // choir perf counts rank 0's such calls as "+stream").
   bool streaming_stages = false;
 };
 

@@ -9,8 +9,6 @@
 
 #include <fmt/format.h>
 
-#include "algorithms/select.h"
-#include "base/clock.h"
 #include "kernels/reduce.h"
 
 namespace choir::algorithms {
@@ -436,26 +434,6 @@ Status ReduceFromPeers(AreaOp& op, const uint8_t* own,
     }
   }
   return Status::Ok();
-}
-
-StagedStores::StagedStores(Context& c, CollKind kind, size_t bytes, bool measured) : kind_(kind), bytes_(bytes) {
-  using Staging = SelectConfig::Staging;
-  const Staging mode = c.select_config() != nullptr ? c.select_config()->staging : Staging::kPlain;
-  if (mode != Staging::kAuto || !measured || c.staging_chooser() == nullptr) {
-    streaming_ = mode == Staging::kStreaming;
-    return;
-  }
-  chooser_ = c.staging_chooser();
-  streaming_ = chooser_->Choose(kind, bytes) == StagingChooser::Stores::kStreaming;
-  start_ = OpNanos();
-}
-
-Status StagedStores::Done(Status s) {
-  if (chooser_ != nullptr && s.ok()) {
-    chooser_->Record(kind_, bytes_, streaming_ ? StagingChooser::Stores::kStreaming : StagingChooser::Stores::kPlain,
-                     OpNanos() - start_);
-  }
-  return s;
 }
 
 }  // namespace choir::algorithms

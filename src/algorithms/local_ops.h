@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "algorithms/context.h"
-#include "algorithms/walk_choice.h"
 #include "transport/shm/local_group.h"
 
 namespace choir::algorithms {
@@ -208,26 +207,6 @@ inline constexpr size_t kRootShareMinBytes = 32 * 1024;
 // streaming threshold on the AMD host").
 size_t SharedReduceStreamingBytes(int local_ranks, bool ranks_share_cpus, size_t l3_bytes);
 inline constexpr size_t kSharedGatherStreamingBytes = 2u << 20;   // of the whole output
-
-// The store kind of the writes a same-host call makes for its peers to read
-// (the pipe's staging): fixed by CHOIR_SHM_STAGING, or
-// under auto the communicator's StagingChooser's choice for `kind` and
-// `bytes` (the whole buffer) when `measured`, and then timed for it from
-// construction to Done.
-class StagedStores {
- public:
-  StagedStores(Context& c, CollKind kind, size_t bytes, bool measured);
-  bool streaming() const { return streaming_; }
-  // Records the call's time when `s` is ok; returns `s`.
-  Status Done(Status s);
-
- private:
-  StagingChooser* chooser_ = nullptr;  // null: not measured
-  CollKind kind_;
-  size_t bytes_;
-  bool streaming_ = false;
-  int64_t start_ = 0;
-};
 
 }  // namespace choir::algorithms
 

@@ -107,14 +107,25 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const voi
   return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes, op.AllShared(), false};
 }
 
-// Runs run(walk) with the store kind of its staging chosen (StagedStores)
-// for `kind` and `bytes` (the whole buffer).
+// Runs run(walk) with the store kind of its staging as CHOIR_SHM_STAGING
+// says: fixed, or (auto) the communicator's StagingChooser's choice for
+// `kind` and `bytes` (the whole buffer) from StagingChooser::kMinBytes on,
+// timed for it (smaller walks stage with plain stores).
 template <typename Run>
 Status RunStaged(Context& c, CollKind kind, size_t bytes, Walk walk, Run&& run) {
-  StagedStores stores(c, kind, bytes, bytes >= StagingChooser::kMinBytes);
-  walk.stage_streaming = stores.streaming();
+  using Staging = SelectConfig::Staging;
+  const Staging mode = c.select_config() != nullptr ? c.select_config()->staging : Staging::kPlain;
+  StagingChooser* chooser = c.staging_chooser();
+  const bool choose = mode == Staging::kAuto && chooser != nullptr && bytes >= StagingChooser::kMinBytes;
+  const StagingChooser::Stores stores =
+      choose ? chooser->Choose(kind, bytes)
+             : (mode == Staging::kStreaming ? StagingChooser::Stores::kStreaming : StagingChooser::Stores::kPlain);
+  walk.stage_streaming = stores == StagingChooser::Stores::kStreaming;
   if (walk.stage_streaming) c.NoteStreamingStages();
-  return stores.Done(run(walk));
+  const int64_t start = OpNanos();
+  Status s = run(walk);
+  if (choose && s.ok()) chooser->Record(kind, bytes, stores, OpNanos() - start);
+  return s;
 }
 
 // Elements from the start of the buffer to the end of the last of `blocks`.
@@ -184,6 +195,9 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
   const auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
   const bool direct = !staged && !(average && c.op() == ReduceOp::kAvg) &&
                       (at(my_out + mine.count * es) <= at(in) || at(my_out) >= at(in_end));
+  // The staged result with streaming stores only when peers read it and
+  // nothing rewrites it here first (averaging would bring it back).
+  const bool stream_result = walk.stage_streaming && staged && !(average && c.op() == ReduceOp::kAvg);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
@@ -206,7 +220,7 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
     } else {
       uint8_t* result = stage(me, k, me);
       if (m > 0) {
-        kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), walk.stage_streaming);
+        kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), stream_result);
         if (average) FinishAverage(c, result, m);
       }
       op.SetProgress(2 * k + 2);

@@ -1,6 +1,8 @@
 // Which walk a same-host copy collective (allgather, alltoall) takes at run
 // time: shm_pipe's staging through the shared pipe, or the kernel copy
-// (process_vm_readv straight out of the peers' buffers, cma.cc's walks).
+// (process_vm_readv straight out of the peers' buffers, cma.cc's walks)
+// (WalkChooser); and, below, which kind of stores the pipe's staging uses
+// (StagingChooser).
 //
 // Why: which walk is faster for a size depends on the host and, on some
 // hosts, on the minute. On the AMD VM this project measures on, a hand-off
@@ -50,8 +52,9 @@
 
 namespace choir::algorithms {
 
-// A measure's last three times per byte and their median (interference only
-// ever makes a call slower: one slow call must not move a choice).
+// A measure's last three times per byte, their median and their least
+// (interference only ever makes a call slower: one slow call must not move
+// a choice).
 struct RecentTimes {
   std::array<double, 3> last{};
   size_t kept = 0;  // entries of `last` in use
@@ -123,46 +126,48 @@ class WalkChooser {
 // streaming stores, so that it reads them from memory.
 //
 // Why: on the AMD EPYC Zen 4 VM this project measures on, reading what the
-// other vCPU has just written runs in some spells, minutes long, at a
-// third to a quarter of its usual speed, and in others twice as fast (a
-// 256 KiB allgather through the pipe took 20-33 us per call in some
-// launches, 93-170 in others; docs/performance.md, "The pipe's launches
-// run in modes"). Streaming staging is steady through the slow spells, but
-// 0.62-0.97x as fast as plain stores outside them. Neither kind is right
-// for a whole job, so each rank measures both.
+// other vCPU has just written runs in some spells, seconds to minutes
+// long, at a third to a quarter of its usual speed, and in others twice as
+// fast (a 256 KiB allgather through the pipe took 20-33 us per call in
+// some launches, 93-170 in others; docs/performance.md, "The pipe's
+// launches run in modes"). Streaming staging is steady through the slow
+// spells, but 0.62-0.97x as fast as plain stores outside them. Neither
+// kind is right for a whole job, so each rank measures both.
 //
 // How: per collective and power-of-two size class, each rank keeps its last
 // three times per byte for each store kind and takes the least
 // (RecentTimes::Least: interference only ever makes a call slower). A
-// class's first call (first touches) and every call after one of the other
-// kind (what that kind left in the caches slowed the next one or two) are
-// not counted. A class starts with the kind in use in the last class that
-// had both measured (a spell shows in every collective), and with the
-// figure of the nearest smaller size of its collective that runs that kind
-// as the reference for kChange below; the first class of a communicator,
-// with nothing to go by, measures the other kind first (calls 1-2), then
-// the kind in use (calls 3-4). From then on a call keeps the kind in use until the
-// other's figure is below kStreamingMargin (for streaming stores) or
-// kPlainMargin (for plain ones) times its own, and a try of kTryCalls
-// calls of the other kind comes once per kExplorePeriod calls
-// (kRareExplorePeriod when the other kind measured at least twice as
-// slow), and at once when the kind in use got kChange times slower or
-// faster since the last try (a spell starting or ending). Unlike
-// WalkChooser, nothing is exchanged: the store kind changes nothing a peer
-// relies on, and every rank's time of these synchronous walks includes
-// its peers' stores, so the ranks' figures, and their choices, agree but
-// for noise; ranks that disagree only run mixed. Periodic tries fall on
-// the same call numbers on every rank, so the ranks try together.
+// class's first call (first touches) and every call of a class after one
+// of the other kind in it (what that kind left in the caches slowed the
+// next call) are not counted. A class starts with the kind in use in the
+// last class that had both measured (a spell shows in every collective).
+// Its reference for kChange below is, until its first decision, the figure
+// of the nearest smaller size class of its collective that has run (four
+// classes down at most), if that one uses the same kind. A class that
+// starts before any class had both kinds measured (nothing to go by)
+// measures the other kind first (calls 1-2), then the kind in use (calls
+// 3-4). From then on a call keeps the kind in use until the other's figure
+// is below kStreamingMargin (for streaming stores) or kPlainMargin (for
+// plain ones) times its own, and a try of kTryCalls calls of the other
+// kind comes once per kExplorePeriod calls (kRareExplorePeriod when the
+// other kind measured at least twice as slow), and at once when the kind
+// in use got kChange times slower or faster since the last try (a spell
+// starting or ending). Unlike WalkChooser, nothing is exchanged: the store
+// kind changes nothing a peer relies on, and every rank's time of these
+// synchronous walks includes its peers' stores, so the ranks' figures, and
+// their choices, agree but for noise; ranks that disagree only run mixed.
+// Ranks whose figures agree try at the same call numbers, so a try
+// measures every rank on the other kind.
 //
 // Thread-safety: one per communicator, used by the thread running its
 // operation (operations of a communicator run one at a time).
 class StagingChooser {
  public:
   enum class Stores { kPlain = 0, kStreaming = 1 };
-  // A try is kTryCalls calls of the other kind, the first not counted: a
-  // 1 MiB alltoall through the pipe ran 1.4-1.8x slower for the first one
-  // or two calls after a change of kind. One try per kExplorePeriod calls
-  // costs 3-5 % where the other kind runs at 0.6x.
+  // A try is kTryCalls calls of the other kind, the first not counted: the
+  // first call after a change of kind ran 1.4-1.8x slower (1 MiB alltoall
+  // through the pipe; 3x for 16 KiB through the slots). One try per
+  // kExplorePeriod calls costs 3-5 % where the other kind runs at 0.6x.
   static constexpr uint64_t kTryCalls = 3;
   static constexpr uint64_t kExplorePeriod = 64;
   static constexpr uint64_t kRareExplorePeriod = 256;
@@ -183,8 +188,8 @@ class StagingChooser {
   // alone, 7 interleaved launches).
   static constexpr double kStreamingMargin = 0.5;
   static constexpr double kPlainMargin = 1.0;
-  // Smaller walks (the whole buffer) stage with plain stores and are not
-  // timed.
+  // Under auto, smaller walks (the whole buffer) stage with plain stores
+  // and are not timed (CHOIR_SHM_STAGING=streaming streams every size).
   static constexpr size_t kMinBytes = 256 * 1024;
 
   // The stores of this call of `kind` moving `bytes`; counts the call.
@@ -203,7 +208,7 @@ class StagingChooser {
     double ref = 0;         // the figure of the kind in use when the other was last tried
     bool neighbour_ref = false;  // ref is still the smaller size's figure
   };
-  static size_t KindIndex(CollKind kind);
+  static size_t KindIndex(CollKind kind);  // callers pass only the five kinds above
   Entry& At(CollKind kind, size_t bytes);
   // Starts a try of the kind not in use; returns it.
   Stores StartTry(Entry& e, double in_use);

@@ -1,12 +1,13 @@
 // The measured choice between the pipe and the kernel copy: every rank must
 // reach the same walk from the same exchanged numbers, the kernel copy must
 // win only by the margin, the other walk is tried once per period, and a
-// rank that does not adapt keeps everyone on the pipe.
+// rank that does not adapt keeps everyone on the pipe. Then the store kind
+// of the pipe's staging (StagingChooser): each rank alone, with exact call
+// numbers for its schedule.
 #include "algorithms/walk_choice.h"
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <bit>
 #include <functional>
 #include <vector>
@@ -387,7 +388,8 @@ TEST(StagingChooserTest, FailedAndEmptyCallsAreIgnored) {
   c.Record(k, 0, Stores::kStreaming, 1000);            // empty
   EXPECT_EQ(c.Choose(k, kBytes), Stores::kStreaming);
   c.Record(k, kBytes, Stores::kStreaming, 100'000);    // after a plain call: not counted
-  // Neither kind has a figure, so nothing is decided and plain stays.
+  // Streaming has no figure (its one time came after a plain call), so
+  // nothing is decided and plain stays.
   for (int call = 3; call < 8; ++call) {
     EXPECT_EQ(c.Choose(k, kBytes), Stores::kPlain) << "call " << call;
     c.Record(k, kBytes, Stores::kPlain, 100'000);

@@ -612,10 +612,10 @@ TEST(CommPipeTest, HierarchicalStepsThroughThePipeMatchReference) {
 }
 
 // The pipe's staging with each store kind (CHOIR_SHM_STAGING): exact
-// results, in place and not, 2 and 3 ranks, buffers past
-// StagingChooser::kMinBytes; under auto the sweep runs four times, so that
-// every collective and size takes plain stores (calls 0-1) and streaming
-// ones (calls 2-3).
+// results, in place and not, 2 and 3 ranks; `streaming` covers every walk
+// with streaming staging, `auto` the chooser's own calls (the first
+// class's calls 1-2 stream; most later classes keep plain stores within
+// four sweeps).
 TEST(CommPipeTest, StagingStoreKindsMatchReference) {
   for (const char* staging : {"plain", "streaming", "auto"}) {
     params::ScopedOverride stores("CHOIR_SHM_STAGING", staging);

@@ -25,7 +25,7 @@ namespace choir {
 // WorkInfo's fields, filled by the thread that runs the operation.
 struct CompletionInfo {
   const char* algorithm = nullptr;  // registry name (static storage); null: none
-  uint8_t route = 0;                // transport::RouteBit: "+cma", "+shared" after the name
+  uint8_t route = 0;                // transport::RouteBit: "+cma", "+shared" after the name; streaming stages
   uint64_t sequence = 0;
   double seconds = 0;
   int source_rank = -1;

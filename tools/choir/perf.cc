@@ -608,7 +608,10 @@ class PerfCommand : public Subcommand {
       Work w = Issue(c, op, t, rop, count, call);
       CHOIR_RETURN_IF_ERROR(w.Wait());
       mine[static_cast<size_t>(i)] = static_cast<double>(NowNanos() - t0) * 1e-3;
-      if (i == 0 || every_route) ++routes[w.info().algorithm + (w.info().streaming_stages ? "+stream" : "")];
+      if (i == 0 || every_route) {
+        const WorkInfo info = w.info();
+        ++routes[info.algorithm + (info.streaming_stages ? "+stream" : "")];
+      }
     }
     std::vector<double> all(mine.size() * n);
     CHOIR_RETURN_IF_ERROR(c.Gather(mine.data(), all.data(), mine.size(), DataType::kFloat64, 0).Wait());
