@@ -120,9 +120,9 @@ StagingChooser::Stores StagingChooser::Choose(CollKind kind, size_t bytes) {
   const auto other_of = [](Stores s) { return s == Stores::kPlain ? Stores::kStreaming : Stores::kPlain; };
   if (call == 0) {
     e.in_use = preferred_;
-    // The nearest smaller size of this collective that ran the same kind
-    // sets the reference: a size that runs kChange times slower per byte
-    // is tried with the other kind (a spell that began since).
+    // The nearest smaller size of this collective that ran (if it uses the
+    // same kind) sets the reference: a size that runs kChange times slower
+    // per byte is tried with the other kind (a spell that began since).
     for (size_t c = cls; c-- > 0 && cls - c <= kNeighbourClasses;) {
       const Entry& n = entries_[k][c];
       if (n.calls == 0) continue;
@@ -140,10 +140,11 @@ StagingChooser::Stores StagingChooser::Choose(CollKind kind, size_t bytes) {
   const double use = e.kinds[static_cast<size_t>(e.in_use)].Least();
   const double alt = e.kinds[static_cast<size_t>(other_of(e.in_use))].Least();
   if (use <= 0) {
-    // The first class of a communicator, with nothing to go by, measures
-    // the other kind first (calls 1-2), then the kind in use (3-4): a
-    // launch's first calls are warm-up more than measurement, and so the
-    // other kind costs it no call after the warm-up if it is the slower.
+    // A class that starts before any class decided (nothing to go by)
+    // measures the other kind first (calls 1-2), then the kind in use
+    // (3-4): a launch's first calls are warm-up more than measurement, and
+    // so the other kind costs it no call after the warm-up if it is the
+    // slower.
     if (!decided_ && call == 1 && alt <= 0) {
       e.try_left = 1;
       e.fresh = true;
