@@ -78,7 +78,7 @@ struct Walk {
   uint64_t steps;  // the same on every rank: the largest block decides
   bool streaming;  // outputs large enough for streaming stores
   bool shared;     // every rank's buffers are SharedBuffers: no pipe needed
-  bool stage_streaming = false;  // chunks staged for peers with streaming stores (RunStaged)
+  bool stage_streaming;  // chunks staged for peers with streaming stores (set by RunStaged)
 };
 
 // Checks that the pipe carries `blocks` and that every local rank runs this
@@ -122,7 +122,7 @@ Status RunStaged(Context& c, CollKind kind, size_t bytes, Walk walk, Run&& run) 
              : (mode == Staging::kStreaming ? StagingChooser::Stores::kStreaming : StagingChooser::Stores::kPlain);
   walk.stage_streaming = stores == StagingChooser::Stores::kStreaming;
   if (walk.stage_streaming) c.NoteStreamingStages();
-  const int64_t start = OpNanos();
+  const int64_t start = choose ? OpNanos() : 0;
   Status s = run(walk);
   if (choose && s.ok()) chooser->Record(kind, bytes, stores, OpNanos() - start);
   return s;

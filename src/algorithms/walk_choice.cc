@@ -105,11 +105,19 @@ StagingChooser::Entry& StagingChooser::At(CollKind kind, size_t bytes) {
   return entries_[KindIndex(kind)][static_cast<size_t>(std::bit_width(bytes))];
 }
 
-StagingChooser::Stores StagingChooser::StartTry(Entry& e, double in_use) {
-  e.try_left = kTryCalls - 1;
+namespace {
+
+StagingChooser::Stores OtherKind(StagingChooser::Stores s) {
+  using Stores = StagingChooser::Stores;
+  return s == Stores::kPlain ? Stores::kStreaming : Stores::kPlain;
+}
+
+}  // namespace
+
+StagingChooser::Stores StagingChooser::StartTry(Entry& e, uint64_t calls) {
+  e.try_left = calls - 1;
   e.fresh = true;
-  e.ref = in_use;
-  return e.in_use == Stores::kPlain ? Stores::kStreaming : Stores::kPlain;
+  return OtherKind(e.in_use);
 }
 
 StagingChooser::Stores StagingChooser::Choose(CollKind kind, size_t bytes) {
@@ -117,7 +125,6 @@ StagingChooser::Stores StagingChooser::Choose(CollKind kind, size_t bytes) {
   const size_t cls = static_cast<size_t>(std::bit_width(bytes));
   Entry& e = entries_[k][cls];
   const uint64_t call = e.calls++;
-  const auto other_of = [](Stores s) { return s == Stores::kPlain ? Stores::kStreaming : Stores::kPlain; };
   if (call == 0) {
     e.in_use = preferred_;
     // The nearest smaller size of this collective that ran (if it uses the
@@ -135,28 +142,24 @@ StagingChooser::Stores StagingChooser::Choose(CollKind kind, size_t bytes) {
   }
   if (e.try_left > 0) {  // the rest of a try
     --e.try_left;
-    return other_of(e.in_use);
+    return OtherKind(e.in_use);
   }
   const double use = e.kinds[static_cast<size_t>(e.in_use)].Least();
-  const double alt = e.kinds[static_cast<size_t>(other_of(e.in_use))].Least();
+  const double alt = e.kinds[static_cast<size_t>(OtherKind(e.in_use))].Least();
   if (use <= 0) {
     // A class that starts before any class decided (nothing to go by)
     // measures the other kind first (calls 1-2), then the kind in use
     // (3-4): a launch's first calls are warm-up more than measurement, and
     // so the other kind costs it no call after the warm-up if it is the
     // slower.
-    if (!decided_ && call == 1 && alt <= 0) {
-      e.try_left = 1;
-      e.fresh = true;
-      return other_of(e.in_use);
-    }
+    if (!decided_ && call == 1 && alt <= 0) return StartTry(e, 2);
     return e.in_use;  // its first counted call still to come
   }
   double in_use = use;
   if (alt > 0) {
     const double margin = e.in_use == Stores::kPlain ? kStreamingMargin : kPlainMargin;
     if (alt < margin * use) {
-      e.in_use = other_of(e.in_use);
+      e.in_use = OtherKind(e.in_use);
       in_use = alt;
       e.ref = alt;
     }
@@ -173,7 +176,10 @@ StagingChooser::Stores StagingChooser::Choose(CollKind kind, size_t bytes) {
   // last measured (or than the smaller size): a spell started or ended,
   // and the other's figure is stale.
   const bool changed = in_use > kChange * e.ref || kChange * in_use < e.ref;
-  if (call % period == period / 2 || changed) return StartTry(e, in_use);
+  if (call % period == period / 2 || changed) {
+    e.ref = in_use;
+    return StartTry(e, kTryCalls);
+  }
   return e.in_use;
 }
 

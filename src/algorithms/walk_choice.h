@@ -131,7 +131,8 @@ class WalkChooser {
 // fast (a 256 KiB allgather through the pipe took 20-33 us per call in
 // some launches, 93-170 in others; docs/performance.md, "The pipe's
 // launches run in modes"). Streaming staging is steady through the slow
-// spells, but 0.62-0.97x as fast as plain stores outside them. Neither
+// spells, but slower for most walks outside them (allreduce, reduce and
+// alltoall 0.62-0.97x of plain's median busbw; docs/algorithms.md). Neither
 // kind is right for a whole job, so each rank measures both.
 //
 // How: per collective and power-of-two size class, each rank keeps its last
@@ -164,10 +165,13 @@ class WalkChooser {
 class StagingChooser {
  public:
   enum class Stores { kPlain = 0, kStreaming = 1 };
-  // A try is kTryCalls calls of the other kind, the first not counted: the
-  // first call after a change of kind ran 1.4-1.8x slower (1 MiB alltoall
-  // through the pipe; 3x for 16 KiB through the slots). One try per
-  // kExplorePeriod calls costs 3-5 % where the other kind runs at 0.6x.
+  // A try is kTryCalls calls of the other kind, the first not counted: in
+  // a trace of 1 MiB alltoalls through the pipe, the first call after a
+  // change of kind ran 1.4-2.5x as long as the next (plain 62-64 us after
+  // streaming against 44-48 in a row; streaming 165 against 66). One try
+  // per kExplorePeriod calls is, by count, about 3 % more time where the
+  // other kind runs at 0.6x (not measured apart from the A/B runs in
+  // docs/algorithms.md).
   static constexpr uint64_t kTryCalls = 3;
   static constexpr uint64_t kExplorePeriod = 64;
   static constexpr uint64_t kRareExplorePeriod = 256;
@@ -180,9 +184,11 @@ class StagingChooser {
   static constexpr size_t kNeighbourClasses = 4;
   // Streaming stores take over below this share of plain stores' time, and
   // plain ones take back over below kPlainMargin times streaming's. The
-  // slow spells cost plain stores 3-4x; outside them streaming ran at
-  // 0.62-0.97x, and in the first calls of a launch either kind measured
-  // 1.5-1.8x the other by chance (1 MiB alltoalls through the pipe), which
+  // slow spells cost plain stores 2-5x (1.2-2.0 against 4-9 GB/s of
+  // busbw at 16-256 MiB); outside them streaming ran at
+  // 0.62-0.97x (allreduce, reduce, alltoall), and in the first calls of a
+  // launch either kind measured 1.5-1.8x the other by chance (traces of
+  // 1 MiB alltoalls through the pipe), which
   // with an even margin of 0.8 took streaming for whole launches (1 MiB
   // reduce_scatters and reduces 0.72-0.73x as fast as with plain stores
   // alone, 7 interleaved launches).
@@ -210,8 +216,8 @@ class StagingChooser {
   };
   static size_t KindIndex(CollKind kind);  // callers pass only the five kinds above
   Entry& At(CollKind kind, size_t bytes);
-  // Starts a try of the kind not in use; returns it.
-  Stores StartTry(Entry& e, double in_use);
+  // Starts a try of `calls` calls of the kind not in use; returns it.
+  Stores StartTry(Entry& e, uint64_t calls);
 
   static constexpr size_t kKinds = 5;  // allreduce, reduce, reduce_scatter, allgather(v), alltoall
   static constexpr size_t kClasses = 65;

@@ -59,10 +59,12 @@ std::vector<Walk> Drive(WalkChooser& c, CollKind kind, int calls, const std::fun
   return walks;
 }
 
-std::vector<int> CallsTaking(const std::vector<Walk>& walks, Walk w) {
+// The calls (indices) whose choice was `w`.
+template <typename Choice>
+std::vector<int> CallsTaking(const std::vector<Choice>& choices, Choice w) {
   std::vector<int> calls;
-  for (size_t i = 0; i < walks.size(); ++i) {
-    if (walks[i] == w) calls.push_back(static_cast<int>(i));
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (choices[i] == w) calls.push_back(static_cast<int>(i));
   }
   return calls;
 }
@@ -212,14 +214,6 @@ std::vector<Stores> DriveStaging(StagingChooser& c, CollKind kind, size_t bytes,
   return kinds;
 }
 
-std::vector<int> CallsStaging(const std::vector<Stores>& kinds, Stores s) {
-  std::vector<int> calls;
-  for (size_t i = 0; i < kinds.size(); ++i) {
-    if (kinds[i] == s) calls.push_back(static_cast<int>(i));
-  }
-  return calls;
-}
-
 // The calls of a try of the other kind in [from, to): kTryCalls from the
 // middle of every period.
 std::vector<int> TryCalls(int from, int to, int period) {
@@ -243,7 +237,7 @@ TEST(StagingChooserTest, PlainFirstThenStreamingOnceThenTheFasterWithPeriodicTri
   // communicator; 3-4 measure plain), then a try once per period.
   const auto kinds = DriveStaging(c, CollKind::kAllreduce, kBytes, 4 * kStagePeriod,
                                   [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 150'000; });
-  EXPECT_EQ(CallsStaging(kinds, Stores::kStreaming), Concat({1, 2}, TryCalls(5, 4 * kStagePeriod, kStagePeriod)));
+  EXPECT_EQ(CallsTaking(kinds, Stores::kStreaming), Concat({1, 2}, TryCalls(5, 4 * kStagePeriod, kStagePeriod)));
 }
 
 TEST(StagingChooserTest, StreamingTakesOverAtOnceWhenFasterAndIsLeftOnlyForRareTries) {
@@ -252,7 +246,7 @@ TEST(StagingChooserTest, StreamingTakesOverAtOnceWhenFasterAndIsLeftOnlyForRareT
   // twice as slow or more, tried once per rare period.
   const auto kinds = DriveStaging(c, CollKind::kAllgather, kBytes, 2 * kStageRarePeriod,
                                   [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 300'000 : 100'000; });
-  EXPECT_EQ(CallsStaging(kinds, Stores::kPlain),
+  EXPECT_EQ(CallsTaking(kinds, Stores::kPlain),
             Concat({0, 3, 4}, TryCalls(5, 2 * kStageRarePeriod, kStageRarePeriod)));
 }
 
@@ -262,25 +256,11 @@ TEST(StagingChooserTest, StreamingMustRunInHalfThePlainTime) {
   StagingChooser close;
   const auto kept = DriveStaging(close, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
                                  [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 51'000; });
-  EXPECT_EQ(CallsStaging(kept, Stores::kStreaming), Concat({1, 2}, TryCalls(5, 3 * kStagePeriod, kStagePeriod)));
+  EXPECT_EQ(CallsTaking(kept, Stores::kStreaming), Concat({1, 2}, TryCalls(5, 3 * kStagePeriod, kStagePeriod)));
   StagingChooser ahead;
   const auto taken = DriveStaging(ahead, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
                                   [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 49'000; });
-  EXPECT_EQ(CallsStaging(taken, Stores::kPlain), Concat({0, 3, 4}, TryCalls(5, 3 * kStagePeriod, kStageRarePeriod)));
-}
-
-TEST(StagingChooserTest, PlainStoresTakeBackOverAsSoonAsTheyAreFaster) {
-  // Streaming in use (3x faster), then plain at 0.95x of streaming's time
-  // from call 100: the rare try finds it and plain stays.
-  StagingChooser c;
-  constexpr int kCalls = kStageRarePeriod / 2 + 12;
-  const auto kinds = DriveStaging(c, CollKind::kAllgather, kBytes, kCalls, [](int call, Stores s) -> int64_t {
-    if (s == Stores::kStreaming) return 100'000;
-    return call < 100 ? 300'000 : 95'000;
-  });
-  for (int call = 5; call < kCalls; ++call) {
-    EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, call >= kStageRarePeriod / 2) << "call " << call;
-  }
+  EXPECT_EQ(CallsTaking(taken, Stores::kPlain), Concat({0, 3, 4}, TryCalls(5, 3 * kStagePeriod, kStageRarePeriod)));
 }
 
 TEST(StagingChooserTest, TheCallAfterAChangeOfKindIsNotCounted) {
@@ -295,7 +275,7 @@ TEST(StagingChooserTest, TheCallAfterAChangeOfKindIsNotCounted) {
     if (s == Stores::kStreaming) return changed ? 300'000 : 40'000;
     return changed ? 200'000 : 100'000;
   });
-  EXPECT_EQ(CallsStaging(kinds, Stores::kPlain), Concat({0, 3, 4}, TryCalls(5, 3 * kStagePeriod, kStageRarePeriod)));
+  EXPECT_EQ(CallsTaking(kinds, Stores::kPlain), Concat({0, 3, 4}, TryCalls(5, 3 * kStagePeriod, kStageRarePeriod)));
 }
 
 TEST(StagingChooserTest, ASpellStartingMovesToStreamingWithoutWaitingForATry) {
@@ -327,17 +307,22 @@ TEST(StagingChooserTest, AChangeOfTheKindInUseTriesTheOtherAtOnce) {
   }
 }
 
+// Plain 3x slower until call 100, then 2x faster than streaming, or only
+// 0.95x its time (plain takes back over as soon as it is faster): the rare
+// try after the spell finds that, and plain is kept from then on.
 TEST(StagingChooserTest, BackToPlainStoresWhenTheSpellEnds) {
-  StagingChooser c;
-  // Plain 3x slower until call 100, then 2x faster than streaming: the rare
-  // try after it finds that, and plain is kept from then on.
-  constexpr int kCalls = kStageRarePeriod / 2 + 12;
-  const auto kinds = DriveStaging(c, CollKind::kReduceScatter, kBytes, kCalls, [](int call, Stores s) -> int64_t {
-    if (s == Stores::kStreaming) return 100'000;
-    return call < 100 ? 300'000 : 50'000;
-  });
-  for (int call = 5; call < kCalls; ++call) {
-    EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, call >= kStageRarePeriod / 2) << "call " << call;
+  for (const auto& [kind, after] : {std::pair{CollKind::kReduceScatter, int64_t{50'000}},
+                                    std::pair{CollKind::kAllgather, int64_t{95'000}}}) {
+    StagingChooser c;
+    constexpr int kCalls = kStageRarePeriod / 2 + 12;
+    const auto kinds = DriveStaging(c, kind, kBytes, kCalls, [after](int call, Stores s) -> int64_t {
+      if (s == Stores::kStreaming) return 100'000;
+      return call < 100 ? 300'000 : after;
+    });
+    for (int call = 5; call < kCalls; ++call) {
+      EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, call >= kStageRarePeriod / 2)
+          << "plain at " << after << " ns, call " << call;
+    }
   }
 }
 
@@ -347,7 +332,7 @@ TEST(StagingChooserTest, OneSlowCallDoesNotMoveTheChoice) {
     // Every 7th call is interrupted and takes 10x as long with plain stores.
     return s == Stores::kPlain ? (call % 7 == 5 ? 1'000'000 : 100'000) : 130'000;
   });
-  EXPECT_EQ(CallsStaging(kinds, Stores::kStreaming), Concat({1, 2}, TryCalls(5, 3 * kStagePeriod, kStagePeriod)));
+  EXPECT_EQ(CallsTaking(kinds, Stores::kStreaming), Concat({1, 2}, TryCalls(5, 3 * kStagePeriod, kStagePeriod)));
 }
 
 TEST(StagingChooserTest, TheColdFirstCallIsDropped) {
@@ -357,7 +342,7 @@ TEST(StagingChooserTest, TheColdFirstCallIsDropped) {
     if (call == 0) return 10'000'000;
     return s == Stores::kPlain ? 100'000 : 120'000;
   });
-  EXPECT_EQ(CallsStaging(kinds, Stores::kStreaming), Concat({1, 2}, TryCalls(5, kStagePeriod, kStagePeriod)));
+  EXPECT_EQ(CallsTaking(kinds, Stores::kStreaming), Concat({1, 2}, TryCalls(5, kStagePeriod, kStagePeriod)));
 }
 
 TEST(StagingChooserTest, ANewSizeOrCollectiveStartsWithTheLastChoice) {
