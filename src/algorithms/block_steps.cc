@@ -116,14 +116,17 @@ Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Bloc
   // Copies into SharedBuffers stream from a smaller size than CopyIfDistinct's.
   const bool shared = op.AllShared();
   const bool streaming = shared && total * es >= kSharedGatherStreamingBytes;
-  // A block under kStreamingBytes is pushed by its owner (process_vm_writev;
-  // about twice as fast at 256 KiB-1 MiB as the reader pulling it, see
-  // docs/performance.md); a larger one is pulled by each reader, whose copy
-  // can then use streaming stores. Into SharedBuffers the owner pushes
-  // every block, with streaming stores. Every rank derives the same choice
-  // from the block sizes and AllShared().
+  // A block under the table's CmaPushMaxBytes (4 MiB; 1 MiB on Zen 4) is
+  // pushed by its owner (process_vm_writev from its cache, measured faster
+  // than the reader pulling it but on Zen 4 from 1 MiB: switch_points.cc);
+  // a larger one is pulled by each reader
+  // (CopyFromPeer, with streaming stores when huge). Into SharedBuffers the
+  // owner pushes every block, with streaming stores. Every rank derives the
+  // same choice from the block sizes, the table and AllShared().
+  const GroupView view = c.View();
+  const uint64_t push_max = CmaPushMaxBytes(view.switch_table, view.shares_cpus);
   auto pushed = [&](int p) {
-    return shared || blocks[static_cast<size_t>(p)].count * es < kStreamingBytes;
+    return shared || blocks[static_cast<size_t>(p)].count * es < push_max;
   };
   // The owner copies its block into its own output and pushes it a
   // cache-sized piece at a time, so that it reads its input from memory once

@@ -252,12 +252,22 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
 }
 
 // The AMD Zen 4 table: the Zen 3 one, but with a core per rank allgather
-// takes cma from past the slots to 4 MiB and alltoall to 1 MiB; with ranks
-// sharing cores, or without single copy, the pipe as on Zen 3.
-TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAndAlltoall) {
+// takes cma from past the slots to 4 MiB, alltoall to 1 MiB and reduce to
+// 512 KiB, and the slots hold reduce to 64 KiB; with ranks sharing cores,
+// or without single copy, the pipe as on Zen 3.
+TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAlltoallAndReduce) {
   algorithms::GroupView g = TwoRanksOneHost();
   g.switch_table = algorithms::SwitchTable::kAmdZen4;
-  ExpectFlatLimits(g, kAmdFlatLimits);
+  std::vector<FlatWant> zen4_limits = kAmdFlatLimits;
+  for (FlatWant& w : zen4_limits) {
+    if (w.kind == algorithms::CollKind::kReduce) w.own_cores = 64 * kKiB;
+  }
+  ExpectFlatLimits(g, zen4_limits);
+  g.shares_cpus = false;
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 64 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 64 * kKiB + 64), "cma");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 512 * kKiB - 64), "cma");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 512 * kKiB), "shm_pipe");
   // Allgather: the slots hold 64 KiB blocks (128 KiB of buffer with 2 ranks).
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB), "shm_flat");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB + 128), "cma");
@@ -274,18 +284,31 @@ TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAndAlltoall) {
   for (const uint64_t bytes : {256 * kKiB, 1 * kMiB, 16 * kMiB, 256 * kMiB}) {
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, bytes), "shm_pipe") << bytes;
     EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, bytes), "shm_pipe") << bytes;
-    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, bytes), "shm_pipe") << bytes;
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, bytes), bytes >= 512 * kKiB ? "shm_pipe" : "cma") << bytes;
     EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, bytes), bytes >= 16 * kMiB ? "shm_pipe" : "cma") << bytes;
   }
   g.shares_cpus = true;
   for (const uint64_t bytes : {256 * kKiB, 1 * kMiB, 4 * kMiB}) {
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, bytes), "shm_pipe") << bytes;
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, bytes), "shm_pipe") << bytes;
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, bytes), "shm_pipe") << bytes;
   }
   g.shares_cpus = false;
   g.cma = false;
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 1 * kMiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 256 * kKiB), "shm_pipe");
+}
+
+// cma's allgather pushes blocks under 4 MiB on every table, but from 1 MiB
+// on Zen 4 with a core per rank, where its peers read them.
+TEST(SwitchPointsTest, CmaPushesAllgatherBlocksUpToTheTablesLimit) {
+  using algorithms::SwitchTable;
+  for (const bool shared : {false, true}) {
+    EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kIntel, shared), 4 * kMiB);
+    EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmd, shared), 4 * kMiB);
+  }
+  EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen4, false), 1 * kMiB);
+  EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen4, true), 4 * kMiB);
 }
 
 // The Zen 4 model ranges of family 25 (0x10-0x1f, 0x60-0xaf); Zen 3

@@ -65,7 +65,14 @@ uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
 // with 2 ranks and 1.3x with 4 on 2 cores, where the slots won at 16 KiB.
 // Reduce: alike at 16 KiB, the pipe 1.6x faster at 64 KiB with 2 and 4
 // ranks. 0 when this table keeps the Intel limit.
-size_t AmdFlatLimit(CollKind kind, bool shares_cpus) {
+//
+// The Zen 4 host keeps these limits but one: with a core per rank the slots
+// hold reduce to 64 KiB, where they ran 2.1x faster than the pipe (`choir
+// perf -n 2 --op reduce --algo shm_flat|shm_pipe`, 7 interleaved launches
+// of 1000 calls, median busbw 12.0 (1.7-13.2) against 5.65 (1.43-7.20)
+// GB/s; 32 KiB 6.6 against 7.2; docs/performance.md).
+size_t AmdFlatLimit(SwitchTable table, CollKind kind, bool shares_cpus) {
+  if (table == SwitchTable::kAmdZen4 && kind == CollKind::kReduce && !shares_cpus) return 64 * kKiB;
   switch (kind) {
     case CollKind::kAllreduce:
       return (shares_cpus ? 32 : 16) * kKiB;
@@ -103,14 +110,21 @@ size_t AmdFlatLimit(CollKind kind, bool shares_cpus) {
 // (docs/algorithms.md). The pipe's launches also spread far more there
 // (allgather 256 KiB: 20-170 µs over 7 launches, cma 16-30). With 4 ranks
 // on the 2 cores the pipe won at every size, 256 KiB-4 MiB (1.3-2.5x): it
-// keeps them. Measured with 2 ranks only (a 2-vCPU host): larger groups
-// with a core per rank take the same limits unmeasured.
+// keeps them. Reduce, past the slots, takes cma below 512 KiB: 7 and 9
+// interleaved launches of `--algo cma|shm_pipe`, median busbw, 128 KiB 7.95
+// (7.21-8.39) against 5.29 (1.50-5.57) GB/s, 256 KiB 7.96 against 6.50 and
+// 8.03 against 6.42, 512 KiB 7.84 against 8.50, 1 MiB 7.98 against 14.7;
+// the pipe's slow launches (1.0-1.6 GB/s at 64-128 KiB) are the host's slow
+// spells (docs/performance.md, "Three speeds of the same host"), which cma's
+// kernel copies do not show. Measured with 2 ranks only (a 2-vCPU host):
+// larger groups with a core per rank take the same limits unmeasured.
 uint64_t AmdPipeMin(SwitchTable table, CollKind kind, bool shares_cpus) {
   if (shares_cpus) return 0;
   if (kind == CollKind::kBroadcast) return 16 * kMiB;
   if (table != SwitchTable::kAmdZen4) return 0;
   if (kind == CollKind::kAllgather) return 4 * kMiB;
   if (kind == CollKind::kAlltoall) return 1 * kMiB;
+  if (kind == CollKind::kReduce) return 512 * kKiB;
   return 0;
 }
 
@@ -166,12 +180,25 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
     // faster from 64 KiB with 2 ranks, and with 4 1.1x-1.6x but at 256 KiB
     // (cma 1.08x, within the spread). Broadcast: AmdPipeMin.
     const bool has_pipe = FindAlgorithm(kind, "shm_pipe") != nullptr;
-    if (const size_t limit = AmdFlatLimit(kind, shares_cpus); limit > 0 && (cma || has_pipe)) {
+    if (const size_t limit = AmdFlatLimit(table, kind, shares_cpus); limit > 0 && (cma || has_pipe)) {
       order.flat_max = limit;
     }
     if (has_pipe) order.pipe_min = AmdPipeMin(table, kind, shares_cpus);
   }
   return order;
+}
+
+uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus) {
+  // Zen 4, a core per rank: `choir perf -n 2 --op allgather --algo cma`, 7-11
+  // interleaved launches per pass, the reader pulling against the owner
+  // pushing, median busbw: with 1 MiB blocks (2 MiB of buffer) pulling was
+  // 1.03x-1.09x faster in all four passes, with 2 MiB blocks 1.08x-1.23x
+  // in three; with 128-512 KiB blocks either won by up to 1.24x from one
+  // pass to the next (docs/performance.md). The Zen 3 and Intel hosts
+  // measured pushing about twice as fast at 256 KiB-1 MiB; shared cores
+  // were not measured.
+  if (table == SwitchTable::kAmdZen4 && !shares_cpus) return 1 * kMiB;
+  return 4 * kMiB;
 }
 
 const Algorithm* SameHostChoice(const GroupView& g, const OpArgs& a) {

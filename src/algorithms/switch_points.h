@@ -58,6 +58,12 @@ struct SameHostOrder {
 // `cma`: single copy allowed on the group; `shares_cpus`: its ranks share cores.
 SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool shares_cpus);
 
+// cma's allgather: the largest block its owner writes into its peers itself
+// (process_vm_writev from its cache); from this size on each peer reads it
+// (process_vm_readv into its output). Every rank of a host has the same
+// table and the same `shares_cpus`, so they agree.
+uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus);
+
 // The same-host algorithm for `a` on `g`, or nullptr when the group is not
 // one host's ranks or none of them can run it: the slots up to the table's
 // limit, then the pipe or cma in the table's order, and the slots as far as
