@@ -46,8 +46,8 @@ Status RingAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
 Status CmaAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);
 // The same after `op` exchanged (own, buf) (ExchangeAddresses): this rank's
 // block comes from `own`; it copies it into `buf` and pushes it into the
-// peers' `buf`, or (heap blocks from kStreamingBytes) the peers read it
-// from `own`.
+// peers' `buf`, or (heap blocks from CmaPushMaxBytes, switch_points.h) the
+// peers read it from `own`.
 Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blocks& blocks);
 Status PipeAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);  // shm_pipe.cc
 // Whether a pipe of `pipe_bytes` carries blocks of up to `largest_block`

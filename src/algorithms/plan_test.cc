@@ -297,6 +297,9 @@ TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAlltoallAndReduce) {
   g.cma = false;
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 1 * kMiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 256 * kKiB), "shm_pipe");
+  // Without single copy reduce keeps the slots' 64 KiB and the pipe past them.
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 64 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 128 * kKiB), "shm_pipe");
 }
 
 // cma's allgather pushes blocks under 4 MiB on every table, but from 1 MiB

@@ -114,7 +114,7 @@ size_t AmdFlatLimit(SwitchTable table, CollKind kind, bool shares_cpus) {
 // interleaved launches of `--algo cma|shm_pipe`, median busbw, 128 KiB 7.95
 // (7.21-8.39) against 5.29 (1.50-5.57) GB/s, 256 KiB 7.96 against 6.50 and
 // 8.03 against 6.42, 512 KiB 7.84 against 8.50, 1 MiB 7.98 against 14.7;
-// the pipe's slow launches (1.0-1.6 GB/s at 64-128 KiB) are the host's slow
+// the pipe's slow launches (0.85-1.6 GB/s at 64-128 KiB) are the host's slow
 // spells (docs/performance.md, "Three speeds of the same host"), which cma's
 // kernel copies do not show. Measured with 2 ranks only (a 2-vCPU host):
 // larger groups with a core per rank take the same limits unmeasured.
@@ -171,14 +171,15 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
   order.flat_max = cma ? IntelFlatLimitWithCma(kind, shares_cpus) : SIZE_MAX;
   order.pipe_min = cma ? IntelPipeMinWithCma(kind, shares_cpus) : 0;
   if (table == SwitchTable::kAmd || table == SwitchTable::kAmdZen4) {
-    // On the AMD host the pipe beat cma at every size measured, 16 KiB to
+    // On the AMD (Zen 3) host the pipe beat cma at every size measured, 16 KiB to
     // 32 MiB, for allreduce, reduce_scatter and allgather, a core per rank
     // or not (1.06x-2.6x, medians of 3-5 launches); flat against pipe was
     // measured without single copy. For alltoall the pipe was 1.1x-1.5x
     // faster from 4 MiB, alike with cma at 256 KiB-1 MiB (within the
     // launches' spread) and faster at 16-64 KiB; for reduce 1.3x-2.6x
     // faster from 64 KiB with 2 ranks, and with 4 1.1x-1.6x but at 256 KiB
-    // (cma 1.08x, within the spread). Broadcast: AmdPipeMin.
+    // (cma 1.08x, within the spread). Broadcast, and where Zen 4 differs
+    // (allgather, alltoall, reduce): AmdFlatLimit and AmdPipeMin.
     const bool has_pipe = FindAlgorithm(kind, "shm_pipe") != nullptr;
     if (const size_t limit = AmdFlatLimit(table, kind, shares_cpus); limit > 0 && (cma || has_pipe)) {
       order.flat_max = limit;

@@ -58,10 +58,11 @@ struct SameHostOrder {
 // `cma`: single copy allowed on the group; `shares_cpus`: its ranks share cores.
 SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool shares_cpus);
 
-// cma's allgather: the largest block its owner writes into its peers itself
-// (process_vm_writev from its cache); from this size on each peer reads it
-// (process_vm_readv into its output). Every rank of a host has the same
-// table and the same `shares_cpus`, so they agree.
+// cma's allgather of heap buffers: a block below this many bytes is written
+// into the peers by its owner (process_vm_writev from its cache); from this
+// size on each peer reads it (process_vm_readv into its output). Every rank
+// of a host has the same table and computes the same `shares_cpus` from
+// the same published affinities, so they agree.
 uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus);
 
 // The same-host algorithm for `a` on `g`, or nullptr when the group is not

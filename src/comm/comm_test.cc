@@ -399,6 +399,45 @@ TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
   }
 }
 
+// cma's allgather with one block below and one above the size from which
+// the peers read a block instead of its owner writing it into them (1 MiB
+// on the Zen 4 table with a core per rank, 4 MiB elsewhere): both kinds in
+// one call, exact values, in place and not, under both AMD tables.
+TEST(CommLargeTest, CmaAllgatherMixesPushedAndPulledBlocks) {
+  for (const std::string tuning : {"amd", "amd-zen4"}) {
+    params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);
+    auto results = RunRanks(2, [](Communicator& comm) -> Status {
+      // Floats: blocks just below and above 1 MiB, then 4 MiB.
+      for (const size_t unit : {size_t{1} << 18, size_t{1} << 20}) {
+        const size_t c[] = {unit - 100, unit + 200};
+        const size_t total = c[0] + c[1], offset = comm.rank() == 0 ? 0 : c[0];
+        const size_t mine = c[comm.rank()];
+        for (const bool in_place : {false, true}) {
+          std::vector<float> send(mine), recv(total, -1.0f);
+          for (size_t i = 0; i < mine; ++i) send[i] = static_cast<float>(comm.rank() * 10000000 + i);
+          if (in_place) std::copy(send.begin(), send.end(), recv.begin() + static_cast<ptrdiff_t>(offset));
+          CallOptions forced;
+          forced.algorithm = "cma";
+          Work w = comm.AllgatherV(in_place ? recv.data() + offset : send.data(), mine, recv.data(), c,
+                                   DataType::kFloat32, forced);
+          CHOIR_RETURN_IF_ERROR(w.Wait());
+          for (size_t i = 0; i < total; ++i) {
+            const bool first = i < c[0];
+            const float want = static_cast<float>((first ? 0 : 10000000) + (first ? i : i - c[0]));
+            if (recv[i] != want) {
+              return Status(Code::kInternal, "allgatherv blocks " + std::to_string(c[0]) + "/" + std::to_string(c[1]) +
+                                                 (in_place ? " in place" : "") + ": element " + std::to_string(i));
+            }
+          }
+        }
+      }
+      return Status::Ok();
+    }, TransportOptions("shm", 60s));
+    SCOPED_TRACE(tuning);
+    ExpectAllOk(results);
+  }
+}
+
 // Buffers from SharedBuffers: every rank reads and writes its peers' buffers
 // with plain loads and stores (threads as ranks, so ASan and TSan see every
 // access), through cma's walks and shm_pipe's switch to them, in place and
