@@ -195,9 +195,10 @@ uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus) {
   // pushing, median busbw: with 1 MiB blocks (2 MiB of buffer) pulling was
   // 1.03x-1.09x faster in all four passes, with 2 MiB blocks 1.08x-1.23x
   // in three; with 128-512 KiB blocks either won by up to 1.24x from one
-  // pass to the next (docs/performance.md). The Zen 3 and Intel hosts
-  // measured pushing about twice as fast at 256 KiB-1 MiB; shared cores
-  // were not measured.
+  // pass to the next (docs/performance.md). Elsewhere the owner pushing
+  // measured faster (a gather's blocks 1.2x-2.2x from 256 KiB on the Intel
+  // host: docs/performance.md, "Mid-size calls and 4-rank scaling");
+  // shared cores were not measured here.
   if (table == SwitchTable::kAmdZen4 && !shares_cpus) return 1 * kMiB;
   return 4 * kMiB;
 }
