@@ -73,6 +73,13 @@ class AreaOp {
   uint8_t* pipe(int local_index) const { return group_->areas[static_cast<size_t>(local_index)].pipe(); }
   size_t pipe_bytes() const { return group_->mine().pipe_bytes(); }
   size_t pipe_cache_bytes() const { return group_->pipe_cache_bytes; }  // bounds the chunks (ChunkBytes)
+  // The pipe position parity of this walk's first step, and `steps` counted
+  // for the next walk (local_group.h: pipe_steps).
+  uint64_t TakePipeSteps(uint64_t steps) {
+    const uint64_t first = group_->pipe_steps;
+    group_->pipe_steps += steps;
+    return first & 1;
+  }
   void SetConsumed(uint64_t steps);
   Status WaitConsumedByAll(uint64_t steps);
 

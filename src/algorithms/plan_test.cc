@@ -252,7 +252,7 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
 }
 
 // The AMD Zen 4 table: the Zen 3 one, but with a core per rank allgather
-// takes cma from past the slots to 4 MiB, alltoall to 1 MiB and reduce to
+// takes cma from past the slots to 1 MiB, alltoall to 1 MiB and reduce to
 // 512 KiB, and the slots hold reduce to 64 KiB; with ranks sharing cores,
 // or without single copy, the pipe as on Zen 3.
 TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAlltoallAndReduce) {
@@ -271,7 +271,8 @@ TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAlltoallAndReduce) {
   // Allgather: the slots hold 64 KiB blocks (128 KiB of buffer with 2 ranks).
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB), "shm_flat");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB + 128), "cma");
-  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 4 * kMiB - 128), "cma");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 1 * kMiB - 128), "cma");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 1 * kMiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 4 * kMiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 32 * kKiB), "shm_flat");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 64 * kKiB), "cma");

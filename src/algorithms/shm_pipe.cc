@@ -11,9 +11,11 @@
 //   B. combines chunk k of its own slice from its input and the chunks its
 //      peers staged for it, stages the result and writes it to its output,
 //   C. copies chunk k of every peer's result from their pipes to its output.
-// Each pipe holds two steps (parity k % 2) of n chunks: n-1 inputs for the
-// peers and one result. A rank overwrites a parity only after every peer has
-// consumed the step that used it before (AreaCtl::consumed); progress
+// Each pipe holds two steps (two positions, taken in turn by the steps of
+// every walk: Walk::first_parity) of n chunks: n-1 inputs for the peers and
+// one result. A rank overwrites a position only after every peer has
+// consumed the step that used it before (AreaCtl::consumed within a walk,
+// AreaOp::Finish at the end of the walk before); progress
 // counters (2k+1: inputs staged, 2k+2: result staged) order A, B and C.
 // A reduce_scatter stops after B and, unless it averages or runs in place,
 // combines straight into its output; in a reduce only the root runs C
@@ -79,6 +81,21 @@ struct Walk {
   bool streaming;  // outputs large enough for streaming stores
   bool shared;     // every rank's buffers are SharedBuffers: no pipe needed
   bool stage_streaming;  // chunks staged for peers with streaming stores (set by RunStaged)
+  // The pipe position of step 0: a walk goes on from the position after the
+  // last step of the walk before (AreaOp::TakePipeSteps), so a walk of one
+  // step does not rewrite the chunk the peers read in the call before, and
+  // no rank ever copies its own data out of a chunk that peers are reading.
+  // Both cost on the AMD EPYC Zen 4 host: in a model of a 1 MiB 2-rank
+  // allgather (two threads, one per core, each staging 512 KiB, copying its
+  // own block and its peer's, p50 of 3000 calls), staging into the same
+  // buffer every call took 61-66 us against 33-39 with two buffers in
+  // turn, and copying the own block out of the stage instead of the input
+  // 77-78 us against 36-37. `choir perf -n 2 --op allgather --algo
+  // shm_pipe`, 7 interleaved launches, median busbw: 1-4 MiB 10.1-10.5 GB/s
+  // against 5.7-6.3 before; allreduce 512 KiB-4 MiB 1.05x-1.21x
+  // (docs/performance.md, "The pipe's own copies").
+  uint64_t first_parity;
+  uint64_t Parity(uint64_t k) const { return (first_parity + k) & 1; }
 };
 
 // Checks that the pipe carries `blocks` and that every local rank runs this
@@ -104,7 +121,9 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const voi
     return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
   }
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, out, table, tables));
-  return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes, op.AllShared(), false};
+  const uint64_t steps = (most + chunk - 1) / chunk;
+  const uint64_t first = op.TakePipeSteps(steps);
+  return Walk{steps, total * es >= kStreamingBytes, op.AllShared(), false, first};
 }
 
 // Runs run(walk) with the store kind of its staging as CHOIR_SHM_STAGING
@@ -143,19 +162,19 @@ size_t ChunkAt(const Block& slice, size_t k, size_t chunk) {
 // Where chunk `part` of step k lies in local rank `owner`'s pipe in the walks
 // that stage one chunk per rank and step (reduce, alltoall): two parities of
 // n chunks of `chunk_bytes`.
-uint8_t* PartAt(const AreaOp& op, int owner, uint64_t k, int part, size_t chunk_bytes) {
-  return op.pipe(owner) + ((k & 1) * static_cast<size_t>(op.size()) + static_cast<size_t>(part)) * chunk_bytes;
+uint8_t* PartAt(const AreaOp& op, int owner, uint64_t parity, int part, size_t chunk_bytes) {
+  return op.pipe(owner) + (parity * static_cast<size_t>(op.size()) + static_cast<size_t>(part)) * chunk_bytes;
 }
 
 // Step A of those walks: chunk k of this rank's input for every peer q's
 // block, into part q of this rank's pipe.
-void StageForPeers(const AreaOp& op, const uint8_t* in, const Blocks& blocks, uint64_t k, size_t chunk, size_t es,
-                   bool streaming) {
+void StageForPeers(const AreaOp& op, const uint8_t* in, const Blocks& blocks, uint64_t k, uint64_t parity, size_t chunk,
+                   size_t es, bool streaming) {
   for (int q = 0; q < op.size(); ++q) {
     const Block& b = blocks[static_cast<size_t>(q)];
     const size_t m = ChunkAt(b, k, chunk);
     if (q == op.me() || m == 0) continue;
-    kernels::CopyBytes(PartAt(op, op.me(), k, q, chunk * es), in + (b.offset + k * chunk) * es, m * es, streaming);
+    kernels::CopyBytes(PartAt(op, op.me(), parity, q, chunk * es), in + (b.offset + k * chunk) * es, m * es, streaming);
   }
 }
 
@@ -187,7 +206,7 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
   const bool gather = output == Output::kWhole || (output == Output::kWholeOnRoot && me == root);
   const bool staged = output != Output::kMySlice && !(output == Output::kWholeOnRoot && me == root);
   uint8_t* my_out = output == Output::kMySlice ? out : (gather ? out + mine.offset * es : nullptr);
-  auto stage = [&](int owner, uint64_t k, int part) { return PartAt(op, owner, k, part, chunk_bytes); };
+  auto stage = [&](int owner, uint64_t k, int part) { return PartAt(op, owner, walk.Parity(k), part, chunk_bytes); };
   // A result nobody else reads (reduce_scatter, a reduce's root), not
   // averaged afterwards and not overwriting the input, is combined straight
   // into the output.
@@ -202,7 +221,7 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
     // A. my input for every peer's slice.
-    StageForPeers(op, in, slices, k, chunk, es, walk.stage_streaming);
+    StageForPeers(op, in, slices, k, walk.Parity(k), chunk, es, walk.stage_streaming);
     op.SetProgress(2 * k + 1);
     // B. my slice.
     const size_t m = ChunkAt(mine, k, chunk);
@@ -223,8 +242,11 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
         kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), stream_result);
         if (average) FinishAverage(c, result, m);
       }
-      op.SetProgress(2 * k + 2);
+      // This rank's own copy of its result goes before the peers may read
+      // it: copying it out while they read the same lines ran slower
+      // (Walk::first_parity says where this was measured).
       if (m > 0 && my_out != nullptr) kernels::CopyBytes(my_out + k * chunk * es, result, m * es, streaming);
+      op.SetProgress(2 * k + 2);
     }
     // C. every peer's result.
     if (gather) {
@@ -283,7 +305,7 @@ Status GatherThroughPipe(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blo
   const size_t es = c.elem_size();
   const bool streaming = walk.streaming;
   const Block& mine = blocks[static_cast<size_t>(me)];
-  auto stage = [&](int owner, uint64_t k) { return op.pipe(owner) + (k & 1) * chunk * es; };
+  auto stage = [&](int owner, uint64_t k) { return op.pipe(owner) + walk.Parity(k) * chunk * es; };
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
     const size_t m = ChunkAt(mine, k, chunk);
@@ -291,9 +313,9 @@ Status GatherThroughPipe(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blo
     if (m > 0) kernels::CopyBytes(stage(me, k), src, m * es, walk.stage_streaming);
     op.SetProgress(k + 1);
     uint8_t* dst = buf + (mine.offset + k * chunk) * es;
-    // From the stage while it is in this core's cache, else from the input.
-    const uint8_t* from = walk.stage_streaming ? src : stage(me, k);
-    if (m > 0 && dst != src) kernels::CopyBytes(dst, from, m * es, streaming);
+    // From the input, never from the stage the peers are reading at the
+    // same moment (Walk::first_parity says what that cost).
+    if (m > 0 && dst != src) kernels::CopyBytes(dst, src, m * es, streaming);
     for (int s = 1; s < n; ++s) {
       const int q = (me + s) % n;
       const Block& b = blocks[static_cast<size_t>(q)];
@@ -400,7 +422,7 @@ Status AlltoallThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bl
   const Block& mine = blocks[static_cast<size_t>(me)];
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
-    StageForPeers(op, in, blocks, k, chunk, es, walk.stage_streaming);
+    StageForPeers(op, in, blocks, k, walk.Parity(k), chunk, es, walk.stage_streaming);
     op.SetProgress(k + 1);
     if (const size_t m = ChunkAt(mine, k, chunk); m > 0 && in != out) {
       kernels::CopyBytes(out + (mine.offset + k * chunk) * es, in + (mine.offset + k * chunk) * es, m * es,
@@ -412,7 +434,7 @@ Status AlltoallThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bl
       const size_t mq = ChunkAt(b, k, chunk);
       CHOIR_RETURN_IF_ERROR(op.WaitProgress(q, k + 1));
       if (mq == 0) continue;
-      kernels::CopyBytes(out + (b.offset + k * chunk) * es, PartAt(op, q, k, me, chunk_bytes), mq * es,
+      kernels::CopyBytes(out + (b.offset + k * chunk) * es, PartAt(op, q, walk.Parity(k), me, chunk_bytes), mq * es,
                          walk.streaming);
       c.CountSharedRead(q, mq * es);
     }
@@ -472,7 +494,7 @@ Status BroadcastPipe(Context& c, const OpArgs& a) {
   const bool streaming = walk.streaming;
   for (uint64_t k = 0; k < walk.steps; ++k) {
     const size_t m = ChunkAt(whole, k, chunk);
-    uint8_t* stage = op.pipe(root) + (k & 1) * chunk * es;
+    uint8_t* stage = op.pipe(root) + walk.Parity(k) * chunk * es;
     if (is_root) {
       if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
       // Large broadcasts stage with streaming stores: the receivers then

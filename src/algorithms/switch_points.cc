@@ -98,7 +98,14 @@ size_t AmdFlatLimit(SwitchTable table, CollKind kind, bool shares_cpus) {
 // Everything else with a pipe: every size (above), but on Zen 4.
 //
 // The AMD Zen 4 host (EPYC, family 25 model 17): with a core per rank cma
-// goes before the pipe up to 4 MiB of allgather and 1 MiB of alltoall.
+// goes before the pipe below 1 MiB of allgather and 1 MiB of alltoall.
+// Allgather was measured again after the pipe's walks stopped rewriting the
+// chunk their peers had just read and copying their own block out of it
+// (shm_pipe.cc, Walk::first_parity): `choir perf -n 2 --op allgather --algo
+// shm_pipe|cma`, 7 interleaved launches of 100 calls, median busbw GB/s,
+// pipe against cma: 256 KiB 5.57 against 7.03, 512 KiB 6.04 against 6.86,
+// 1 MiB 10.1 against 7.14, 2 MiB 10.2 against 7.39, 4 MiB 10.5 against 7.07
+// (docs/performance.md, "The pipe's own copies"). Before that change:
 // `choir perf -n 2 --op allgather|alltoall --algo cma` against the Zen 3
 // table, 7 interleaved launches of 100 calls, mean µs per call, median
 // (min-max): allgather 256 KiB 21.2 (16.1-25.8) against 31.0 (28.9-100),
@@ -122,7 +129,7 @@ uint64_t AmdPipeMin(SwitchTable table, CollKind kind, bool shares_cpus) {
   if (shares_cpus) return 0;
   if (kind == CollKind::kBroadcast) return 16 * kMiB;
   if (table != SwitchTable::kAmdZen4) return 0;
-  if (kind == CollKind::kAllgather) return 4 * kMiB;
+  if (kind == CollKind::kAllgather) return 1 * kMiB;
   if (kind == CollKind::kAlltoall) return 1 * kMiB;
   if (kind == CollKind::kReduce) return 512 * kKiB;
   return 0;

@@ -1,6 +1,7 @@
 // Communicator behaviour with ranks as threads (see src/testing/multi_rank.h):
 // correctness on both transports, and every failure path ending in its
 // numbered error instead of a hang.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -612,10 +613,89 @@ TEST(CommPipeTest, TinyPipeWithoutCmaMatchesReference) {
   }
 }
 
+// Every pipe walk starts at the pipe position after the last step of the
+// walk before (shm_pipe.cc, Walk::first_parity), across collectives: a
+// stream of one-, two- and three-step walks of allgather, broadcast,
+// allreduce and alltoall with new values every call, checked exactly, so a
+// rank that rewrote a position a peer still read would show as a wrong
+// value. A tiny pipe (8 KiB: 4 KiB per allgather and broadcast chunk, 2 KiB
+// per reduce and alltoall chunk with 2 ranks) makes the walks short.
+TEST(CommPipeTest, WalksTakeTurnsOnThePipePositionsAcrossCollectives) {
+  params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", "8K");
+  for (int n : {2, 3}) {
+    auto results = RunRanks(n, [](Communicator& comm) -> Status {
+      const int size = comm.size();
+      const int me = comm.rank();
+      CallOptions po;
+      po.algorithm = "shm_pipe";
+      auto value = [](int call, int rank, size_t i) {
+        return static_cast<int32_t>(call * 100003 + rank * 1009 + static_cast<int>(i % 977));
+      };
+      auto bad = [&](const char* what, int call, size_t i, int64_t got, int64_t want) {
+        return Status(Code::kInternal, fmt::format("call {} {}: element {} is {}, want {}", call, what, i, got, want));
+      };
+      for (int call = 0; call < 120; ++call) {
+        // One, two or three steps in turn: odd and even walk lengths.
+        const size_t count = 1000 * static_cast<size_t>(1 + call % 3);  // int32 elements per rank block
+        std::vector<int32_t> in(count), out(count * static_cast<size_t>(size), -1);
+        for (size_t i = 0; i < count; ++i) in[i] = value(call, me, i);
+        switch (call % 4) {
+          case 0: {
+            CHOIR_RETURN_IF_ERROR(comm.Allgather(in.data(), out.data(), count, DataType::kInt32, po).Wait());
+            for (int r = 0; r < size; ++r) {
+              for (size_t i = 0; i < count; ++i) {
+                const int32_t got = out[static_cast<size_t>(r) * count + i];
+                if (got != value(call, r, i)) return bad("allgather", call, i, got, value(call, r, i));
+              }
+            }
+            break;
+          }
+          case 1: {
+            const int root = call % size;
+            CHOIR_RETURN_IF_ERROR(comm.Broadcast(in.data(), out.data(), count, DataType::kInt32, root, po).Wait());
+            for (size_t i = 0; i < count; ++i) {
+              if (out[i] != value(call, root, i)) return bad("broadcast", call, i, out[i], value(call, root, i));
+            }
+            break;
+          }
+          case 2: {
+            CHOIR_RETURN_IF_ERROR(
+                comm.Allreduce(in.data(), out.data(), count, DataType::kInt32, ReduceOp::kSum, po).Wait());
+            for (size_t i = 0; i < count; ++i) {
+              int64_t want = 0;
+              for (int r = 0; r < size; ++r) want += value(call, r, i);
+              if (out[i] != want) return bad("allreduce", call, i, out[i], want);
+            }
+            break;
+          }
+          default: {
+            // Block p of rank r's input: value(call, r, p * per + i).
+            const size_t per = count / static_cast<size_t>(size);
+            std::vector<int32_t> send(per * static_cast<size_t>(size)), recv(send.size(), -1);
+            for (size_t i = 0; i < send.size(); ++i) send[i] = value(call, me, i);
+            CHOIR_RETURN_IF_ERROR(comm.Alltoall(send.data(), recv.data(), per, DataType::kInt32, po).Wait());
+            for (int r = 0; r < size; ++r) {
+              for (size_t i = 0; i < per; ++i) {
+                const size_t at = static_cast<size_t>(me) * per + i;
+                const int32_t got = recv[static_cast<size_t>(r) * per + i];
+                if (got != value(call, r, at)) return bad("alltoall", call, i, got, value(call, r, at));
+              }
+            }
+            break;
+          }
+        }
+      }
+      return Status::Ok();
+    }, TransportOptions("shm", 120s));
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    ExpectAllOk(results);
+  }
+}
+
 // The hierarchical algorithms' same-host steps run through the pipe (a tiny
 // one here: many steps) without process_vm_readv, and with it on the AMD
 // switch-point table, which puts the pipe first, and on the Zen 4 one,
-// which puts cma before it for allgathers under 4 MiB: exact results, 2
+// which puts cma before it for allgathers under 1 MiB: exact results, 2
 // hosts x 2 ranks and 2 hosts x 3 ranks declared by a topology file.
 TEST(CommPipeTest, HierarchicalStepsThroughThePipeMatchReference) {
   params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", "8K");
