@@ -612,7 +612,7 @@ TEST_F(KernelsTest, CopyBytesAllSizesAndAlignments) {
   for (const char* isa : AvailableIsas()) {
     ASSERT_TRUE(ForceIsa(isa));
     SCOPED_TRACE(std::string("isa ") + isa);
-    for (size_t bytes : {0, 1, 63, 64, 65, 16383, 16384, 16385, 100013}) {
+    for (size_t bytes : {0, 1, 63, 64, 65, 16383, 16384, 16385, 100013, (1 << 20) + 7}) {
       for (bool nontemporal : {false, true}) {
         for (size_t dst_offset : {0, 1, 13}) {
           SCOPED_TRACE("bytes " + std::to_string(bytes) + " nt " + std::to_string(nontemporal) +
@@ -640,10 +640,39 @@ TEST(CopyAliasedTest, NamesDestinationsJustAfterTheSourceModuloFourKiB) {
   EXPECT_FALSE(CopyAliased(page + 64, page));
   EXPECT_FALSE(CopyAliased(page, page + 16));  // destination before the source
   EXPECT_TRUE(CopyAliased(page + 8192 + 16, page));  // 8208 bytes apart: 16 modulo 4 KiB
-  EXPECT_FALSE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMinBytes - 1));
-  EXPECT_TRUE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMinBytes));
-  EXPECT_FALSE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMaxBytes));
-  EXPECT_FALSE(CopyAvoidsMemcpy(page + 64, page, 8192));
+  for (const bool misaligned_slow : {false, true}) {
+    EXPECT_FALSE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMinBytes - 1, misaligned_slow));
+    EXPECT_TRUE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMinBytes, misaligned_slow));
+    EXPECT_FALSE(CopyAvoidsMemcpy(page + 64, page, 8192, misaligned_slow));
+  }
+  EXPECT_FALSE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMaxBytes, false));
+}
+
+// Copies between different offsets within a line take the vector loop from
+// kMisalignedCopyMinBytes below kMisalignedCopyMaxBytes, on CPUs whose
+// memcpy measured slow for them (AMD: MemcpySlowWhenMisaligned), whatever
+// their distance modulo 4 KiB; co-aligned ones never do (but when aliased).
+TEST(CopyMisalignedTest, TakesTheVectorLoopOnlyWhereMeasuredSlow) {
+  alignas(4096) static uint8_t page[4096];
+  EXPECT_FALSE(CopyMisaligned(page, page + 4096));
+  EXPECT_FALSE(CopyMisaligned(page + 64, page));
+  EXPECT_TRUE(CopyMisaligned(page + 16, page));
+  EXPECT_TRUE(CopyMisaligned(page, page + 100));
+  EXPECT_TRUE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMaxBytes, true));
+  EXPECT_TRUE(CopyAvoidsMemcpy(page, page + 100, kMisalignedCopyMinBytes, true));
+  EXPECT_TRUE(CopyAvoidsMemcpy(page, page + 100, kMisalignedCopyMaxBytes - 1, true));
+  EXPECT_FALSE(CopyAvoidsMemcpy(page, page + 100, kMisalignedCopyMinBytes - 1, true));
+  EXPECT_FALSE(CopyAvoidsMemcpy(page, page + 100, kMisalignedCopyMaxBytes, true));
+  EXPECT_FALSE(CopyAvoidsMemcpy(page, page + 100, kMisalignedCopyMinBytes, false));
+  EXPECT_FALSE(CopyAvoidsMemcpy(page + 4096, page, kMisalignedCopyMinBytes, true));
+  // This host's answer is its CPU maker's.
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool amd = __get_cpuid(0, &eax, &ebx, &ecx, &edx) != 0 && ebx == 0x68747541u;
+#else
+  const bool amd = false;
+#endif
+  EXPECT_EQ(MemcpySlowWhenMisaligned(), amd);
 }
 
 // Aliased distances: exact copies and guards kept for every ISA and sizes
@@ -666,7 +695,7 @@ TEST_F(KernelsTest, CopyBytesAliasedDistances) {
           auto* dst = src + (bytes + 4095) / 4096 * 4096 + distance;
           ASSERT_LE(dst + bytes + 1, arena.data() + arena.size());
           ASSERT_TRUE(CopyAliased(dst, src));
-          EXPECT_EQ(CopyAvoidsMemcpy(dst, src, bytes),
+          EXPECT_EQ(CopyAvoidsMemcpy(dst, src, bytes, /*misaligned_slow=*/false),
                     bytes >= kAliasedCopyMinBytes && bytes < kAliasedCopyMaxBytes);
           for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<uint8_t>(rng());
           dst[-1] = 0xa5;

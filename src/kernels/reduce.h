@@ -59,7 +59,7 @@ void DivideByCount(void* data, size_t count, DataType dtype, int n);
 // memcpy, with non-temporal stores when `nontemporal` and the copy is at least
 // kMinNontemporalBytes (below that the fence costs more than the cache saves),
 // and with a vector loop instead of memcpy where memcpy would be slow
-// (CopyAliased). dst and src must not overlap.
+// (CopyAliased, CopyMisaligned: CopyAvoidsMemcpy). dst and src must not overlap.
 inline constexpr size_t kMinNontemporalBytes = 16 * 1024;
 void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal);
 
@@ -81,8 +81,35 @@ inline bool CopyAliased(const void* dst, const void* src) {
 // measured unaffected at 1 MiB (27.9 GB/s at distance 16).
 inline constexpr size_t kAliasedCopyMinBytes = 2048;
 inline constexpr size_t kAliasedCopyMaxBytes = 1u << 20;
-inline bool CopyAvoidsMemcpy(const void* dst, const void* src, size_t bytes) {
-  return bytes >= kAliasedCopyMinBytes && bytes < kAliasedCopyMaxBytes && CopyAliased(dst, src);
+
+// True when dst and src lie at different offsets within a 64-byte line.
+// On the AMD EPYC Zen 4 host the shared pipe's copies between such
+// addresses (user buffers 16 bytes past a page, chunks on 64-byte lines)
+// ran faster with the vector loop than with memcpy (`rep movsb` at these
+// sizes) in the host's slow spells, when lines cross between the cores
+// slowly: 2-rank allreduce 512 KiB-16 MiB 4.6-6.1 against 2.2-2.5 GB/s
+// (medians of 5 interleaved launches), 1 MiB allgather 13.6 against 12.3;
+// in a fast spell the two were within 0.90x-1.08x at every size and
+// collective (7 launches); alone, with the source in this core's cache,
+// both copied 48.2 GB/s at 512 KiB (docs/performance.md, "Copies between
+// lines at different offsets"). So CopyBytes takes the
+// vector loop for such copies in [kMisalignedCopyMinBytes,
+// kMisalignedCopyMaxBytes) on AMD CPUs (MemcpySlowWhenMisaligned; Intel was
+// not measured, nor larger copies, which glibc streams past the caches).
+inline constexpr size_t kMisalignedCopyMinBytes = 64 * 1024;
+inline constexpr size_t kMisalignedCopyMaxBytes = 4u << 20;
+inline bool CopyMisaligned(const void* dst, const void* src) {
+  return ((reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src)) & 63) != 0;
+}
+// Whether this CPU takes the vector loop for CopyMisaligned copies (AMD).
+bool MemcpySlowWhenMisaligned();
+
+// Whether CopyBytes copies `bytes` from src to dst with the vector loop on a
+// CPU for which MemcpySlowWhenMisaligned() is `misaligned_slow`.
+inline bool CopyAvoidsMemcpy(const void* dst, const void* src, size_t bytes, bool misaligned_slow) {
+  if (bytes >= kAliasedCopyMinBytes && bytes < kAliasedCopyMaxBytes && CopyAliased(dst, src)) return true;
+  return misaligned_slow && bytes >= kMisalignedCopyMinBytes && bytes < kMisalignedCopyMaxBytes &&
+         CopyMisaligned(dst, src);
 }
 
 // HalfToFloat, FloatToHalf, BFloat16ToFloat and FloatToBFloat16 (scalar
