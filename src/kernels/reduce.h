@@ -90,7 +90,7 @@ inline constexpr size_t kAliasedCopyMaxBytes = 1u << 20;
 // slowly: 2-rank allreduce 512 KiB-16 MiB 4.6-6.1 against 2.2-2.5 GB/s
 // (medians of 5 interleaved launches), 1 MiB allgather 13.6 against 12.3;
 // in a fast spell the two were within 0.90x-1.08x at every size and
-// collective (7 launches); alone, with the source in this core's cache,
+// collective but one (broadcast 256 KiB 1.20x; 7 launches); alone, with the source in this core's cache,
 // both copied 48.2 GB/s at 512 KiB (docs/performance.md, "Copies between
 // lines at different offsets"). So CopyBytes takes the
 // vector loop for such copies in [kMisalignedCopyMinBytes,
