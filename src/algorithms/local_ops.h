@@ -73,12 +73,16 @@ class AreaOp {
   uint8_t* pipe(int local_index) const { return group_->areas[static_cast<size_t>(local_index)].pipe(); }
   size_t pipe_bytes() const { return group_->mine().pipe_bytes(); }
   size_t pipe_cache_bytes() const { return group_->pipe_cache_bytes; }  // bounds the chunks (ChunkBytes)
-  // The pipe position parity of this walk's first step, and `steps` counted
-  // for the next walk (local_group.h: pipe_steps).
-  uint64_t TakePipeSteps(uint64_t steps) {
-    const uint64_t first = group_->pipe_steps;
-    group_->pipe_steps += steps;
-    return first & 1;
+  // The position (0 or 1) at which a walk of `steps` steps that stages into
+  // local rank `owner`'s pipe starts, counting those steps for the next one
+  // (local_group.h: pipe_steps). Every local rank must take the same steps
+  // for the same owners.
+  uint64_t TakePipeSteps(int owner, uint64_t steps) {
+    if (group_->pipe_steps.size() != static_cast<size_t>(size())) group_->pipe_steps.assign(static_cast<size_t>(size()), 0);
+    uint64_t& taken = group_->pipe_steps[static_cast<size_t>(owner)];
+    const uint64_t first = taken & 1;
+    taken += steps;
+    return first;
   }
   void SetConsumed(uint64_t steps);
   Status WaitConsumedByAll(uint64_t steps);

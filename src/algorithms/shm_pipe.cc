@@ -11,11 +11,12 @@
 //   B. combines chunk k of its own slice from its input and the chunks its
 //      peers staged for it, stages the result and writes it to its output,
 //   C. copies chunk k of every peer's result from their pipes to its output.
-// Each pipe holds two steps (two positions, taken in turn by the steps of
-// every walk: Walk::first_parity) of n chunks: n-1 inputs for the peers and
-// one result. A rank overwrites a position only after every peer has
-// consumed the step that used it before (AreaCtl::consumed within a walk,
-// AreaOp::Finish at the end of the walk before); progress
+// Each pipe holds two steps (two positions, taken in turn by the steps
+// staged into it, walk after walk: Walk::first_parity) of n chunks: n-1
+// inputs for the peers and one result. A rank overwrites a position only
+// after every peer has consumed the step that used it before
+// (AreaCtl::consumed within a walk, AreaOp::Finish at the end of the walk
+// before); progress
 // counters (2k+1: inputs staged, 2k+2: result staged) order A, B and C.
 // A reduce_scatter stops after B and, unless it averages or runs in place,
 // combines straight into its output; in a reduce only the root runs C
@@ -81,22 +82,33 @@ struct Walk {
   bool streaming;  // outputs large enough for streaming stores
   bool shared;     // every rank's buffers are SharedBuffers: no pipe needed
   bool stage_streaming;  // chunks staged for peers with streaming stores (set by RunStaged)
-  // The pipe position of step 0: a walk goes on from the position after the
-  // last step of the walk before (AreaOp::TakePipeSteps), so a walk of one
-  // step does not rewrite the chunk the peers read in the call before, and
-  // no rank ever copies its own data out of a chunk that peers are reading.
-  // Both cost on the AMD EPYC Zen 4 host: in a model of a 1 MiB 2-rank
-  // allgather (two threads, one per core, each staging 512 KiB, copying its
-  // own block and its peer's, p50 of 3000 calls), staging into the same
-  // buffer every call took 61-66 us against 33-39 with two buffers in
-  // turn, and copying the own block out of the stage instead of the input
-  // 77-78 us against 36-37. `choir perf -n 2 --op allgather --algo
-  // shm_pipe`, 7 interleaved launches, median busbw: 1-4 MiB 10.1-10.5 GB/s
-  // against 5.7-6.3 before; allreduce 512 KiB-4 MiB 1.05x-1.21x
-  // (docs/performance.md, "The pipe's own copies").
-  uint64_t first_parity;
-  uint64_t Parity(uint64_t k) const { return (first_parity + k) & 1; }
+  // The pipe position of step 0 in each local rank's pipe (by local index):
+  // a walk goes on from the position after the last step staged into that
+  // pipe (TakePositions), so a walk of one step does not rewrite the chunk
+  // the peers read in the call before; and no rank copies its own data out
+  // of a chunk that peers are reading. Both cost on the AMD EPYC Zen 4
+  // host: in a model of a 1 MiB 2-rank allgather (two threads, one per
+  // core, each staging 512 KiB, copying its own block and its peer's, p50
+  // of 3000 calls), staging into the same buffer every call took 61-66 us
+  // against 33-39 with two buffers in turn, and copying the own block out
+  // of the stage instead of the input 77-78 us against 36-37. `choir perf
+  // -n 2 --op allgather --algo shm_pipe`, 7 interleaved launches, median
+  // busbw: 1-4 MiB 10.1-10.5 GB/s against 5.7-6.3 before; allreduce 512
+  // KiB-4 MiB 1.05x-1.21x (docs/performance.md, "The pipe's own copies").
+  std::vector<uint64_t> first_parity;
+  uint64_t Parity(int owner, uint64_t k) const { return (first_parity[static_cast<size_t>(owner)] + k) & 1; }
 };
+
+// Sets walk.first_parity for a walk that stages into every local rank's
+// pipe, or into `only_owner`'s alone (a broadcast's root), and counts its
+// steps there. Called only where the walk then runs through the pipe (not
+// for the kernel-copy or mapped-buffer walks), on every local rank alike.
+void TakePositions(AreaOp& op, Walk& walk, int only_owner = -1) {
+  walk.first_parity.assign(static_cast<size_t>(op.size()), 0);
+  for (int q = 0; q < op.size(); ++q) {
+    if (only_owner < 0 || q == only_owner) walk.first_parity[static_cast<size_t>(q)] = op.TakePipeSteps(q, walk.steps);
+  }
+}
 
 // Checks that the pipe carries `blocks` and that every local rank runs this
 // collective (the published addresses carry its signature, which is
@@ -121,17 +133,19 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const voi
     return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
   }
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, out, table, tables));
-  const uint64_t steps = (most + chunk - 1) / chunk;
-  const uint64_t first = op.TakePipeSteps(steps);
-  return Walk{steps, total * es >= kStreamingBytes, op.AllShared(), false, first};
+  return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes, op.AllShared(), false, {}};
 }
 
-// Runs run(walk) with the store kind of its staging as CHOIR_SHM_STAGING
-// says: fixed, or (auto) the communicator's StagingChooser's choice for
-// `kind` and `bytes` (the whole buffer) from StagingChooser::kMinBytes on,
-// timed for it (smaller walks stage with plain stores).
+// Runs run(walk), a walk that stages into every local rank's pipe, from the
+// positions TakePositions gives it, with the store kind of its staging as
+// CHOIR_SHM_STAGING says: fixed, or (auto) the communicator's
+// StagingChooser's choice for `kind` and `bytes` (the whole buffer) from
+// StagingChooser::kMinBytes on, timed for it (smaller walks stage with plain
+// stores).
 template <typename Run>
-Status RunStaged(Context& c, CollKind kind, size_t bytes, Walk walk, Run&& run) {
+Status RunStaged(AreaOp& op, CollKind kind, size_t bytes, Walk walk, Run&& run) {
+  Context& c = op.ctx();
+  TakePositions(op, walk);
   using Staging = SelectConfig::Staging;
   const Staging mode = c.select_config() != nullptr ? c.select_config()->staging : Staging::kPlain;
   StagingChooser* chooser = c.staging_chooser();
@@ -159,9 +173,9 @@ size_t ChunkAt(const Block& slice, size_t k, size_t chunk) {
   return start >= slice.count ? 0 : std::min(chunk, slice.count - start);
 }
 
-// Where chunk `part` of step k lies in local rank `owner`'s pipe in the walks
-// that stage one chunk per rank and step (reduce, alltoall): two parities of
-// n chunks of `chunk_bytes`.
+// Where chunk `part` lies in local rank `owner`'s pipe at position `parity`
+// (Walk::Parity) in the walks that stage one chunk per rank and step
+// (reduce, alltoall): two positions of n chunks of `chunk_bytes`.
 uint8_t* PartAt(const AreaOp& op, int owner, uint64_t parity, int part, size_t chunk_bytes) {
   return op.pipe(owner) + (parity * static_cast<size_t>(op.size()) + static_cast<size_t>(part)) * chunk_bytes;
 }
@@ -206,7 +220,7 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
   const bool gather = output == Output::kWhole || (output == Output::kWholeOnRoot && me == root);
   const bool staged = output != Output::kMySlice && !(output == Output::kWholeOnRoot && me == root);
   uint8_t* my_out = output == Output::kMySlice ? out : (gather ? out + mine.offset * es : nullptr);
-  auto stage = [&](int owner, uint64_t k, int part) { return PartAt(op, owner, walk.Parity(k), part, chunk_bytes); };
+  auto stage = [&](int owner, uint64_t k, int part) { return PartAt(op, owner, walk.Parity(owner, k), part, chunk_bytes); };
   // A result nobody else reads (reduce_scatter, a reduce's root), not
   // averaged afterwards and not overwriting the input, is combined straight
   // into the output.
@@ -221,7 +235,7 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
     // A. my input for every peer's slice.
-    StageForPeers(op, in, slices, k, walk.Parity(k), chunk, es, walk.stage_streaming);
+    StageForPeers(op, in, slices, k, walk.Parity(me, k), chunk, es, walk.stage_streaming);
     op.SetProgress(2 * k + 1);
     // B. my slice.
     const size_t m = ChunkAt(mine, k, chunk);
@@ -288,7 +302,7 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   const CollKind kind = output == Output::kMySlice ? CollKind::kReduceScatter
                         : output == Output::kWhole  ? CollKind::kAllreduce
                                                     : CollKind::kReduce;
-  return RunStaged(c, kind, ElemsSpanned(slices) * es, walk, [&](const Walk& w) {
+  return RunStaged(op, kind, ElemsSpanned(slices) * es, walk, [&](const Walk& w) {
     return ReduceThroughPipe(op, in, out, slices, output, root, average, chunk, w);
   });
 }
@@ -305,7 +319,7 @@ Status GatherThroughPipe(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blo
   const size_t es = c.elem_size();
   const bool streaming = walk.streaming;
   const Block& mine = blocks[static_cast<size_t>(me)];
-  auto stage = [&](int owner, uint64_t k) { return op.pipe(owner) + walk.Parity(k) * chunk * es; };
+  auto stage = [&](int owner, uint64_t k) { return op.pipe(owner) + walk.Parity(owner, k) * chunk * es; };
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
     const size_t m = ChunkAt(mine, k, chunk);
@@ -382,7 +396,7 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
                                    &tables));
   if (walk.shared) return CmaAllgatherWith(op, own, buf, blocks);
   const auto pipe = [&] {
-    return RunStaged(c, CollKind::kAllgather, bytes, walk,
+    return RunStaged(op, CollKind::kAllgather, bytes, walk,
                      [&](const Walk& w) { return GatherThroughPipe(op, own, buf, blocks, chunk, w); });
   };
   if (chooser == nullptr || !AdaptsHere(c)) return pipe();
@@ -422,7 +436,7 @@ Status AlltoallThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bl
   const Block& mine = blocks[static_cast<size_t>(me)];
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
-    StageForPeers(op, in, blocks, k, walk.Parity(k), chunk, es, walk.stage_streaming);
+    StageForPeers(op, in, blocks, k, walk.Parity(me, k), chunk, es, walk.stage_streaming);
     op.SetProgress(k + 1);
     if (const size_t m = ChunkAt(mine, k, chunk); m > 0 && in != out) {
       kernels::CopyBytes(out + (mine.offset + k * chunk) * es, in + (mine.offset + k * chunk) * es, m * es,
@@ -434,7 +448,7 @@ Status AlltoallThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bl
       const size_t mq = ChunkAt(b, k, chunk);
       CHOIR_RETURN_IF_ERROR(op.WaitProgress(q, k + 1));
       if (mq == 0) continue;
-      kernels::CopyBytes(out + (b.offset + k * chunk) * es, PartAt(op, q, walk.Parity(k), me, chunk_bytes), mq * es,
+      kernels::CopyBytes(out + (b.offset + k * chunk) * es, PartAt(op, q, walk.Parity(q, k), me, chunk_bytes), mq * es,
                          walk.streaming);
       c.CountSharedRead(q, mq * es);
     }
@@ -463,7 +477,7 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
   for (const PeerBuffers& b : op.peers()) none_in_place = none_in_place && b.send != b.recv;
   if (walk.shared && none_in_place) return AlltoallFromPeers(op, in, out, blocks);
   const auto pipe = [&] {
-    return RunStaged(c, CollKind::kAlltoall, bytes, walk,
+    return RunStaged(op, CollKind::kAlltoall, bytes, walk,
                      [&](const Walk& w) { return AlltoallThroughPipe(op, in, out, blocks, chunk, w); });
   };
   if (chooser == nullptr || !AdaptsHere(c) || !none_in_place) return pipe();
@@ -485,16 +499,17 @@ Status BroadcastPipe(Context& c, const OpArgs& a) {
   const size_t es = c.elem_size();
   const size_t chunk = ChunkBytes(op.pipe_bytes(), op.pipe_cache_bytes(), 1) / es;  // one chunk per step
   const Block whole{0, a.count};
-  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, {whole}, chunk, is_root ? a.send : nullptr, a.recv));
+  CHOIR_ASSIGN_OR_RETURN(Walk walk, StartWalk(op, {whole}, chunk, is_root ? a.send : nullptr, a.recv));
   if (op.peers()[static_cast<size_t>(root)].send_ref.id != 0 && EveryRankShares(op, &PeerBuffers::recv_ref)) {
     return BroadcastCmaWith(op, a);
   }
+  TakePositions(op, walk, root);  // only the root's pipe is staged into
   const auto* src = static_cast<const uint8_t*>(a.send);
   auto* dst = static_cast<uint8_t*>(a.recv);
   const bool streaming = walk.streaming;
   for (uint64_t k = 0; k < walk.steps; ++k) {
     const size_t m = ChunkAt(whole, k, chunk);
-    uint8_t* stage = op.pipe(root) + walk.Parity(k) * chunk * es;
+    uint8_t* stage = op.pipe(root) + walk.Parity(root, k) * chunk * es;
     if (is_root) {
       if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
       // Large broadcasts stage with streaming stores: the receivers then

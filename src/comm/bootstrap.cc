@@ -22,6 +22,7 @@
 #include "comm/join_reports.h"
 #include "comm/join_sizes.h"
 #include "diag/metrics_endpoint.h"
+#include "kernels/reduce.h"
 #include "params/params.h"
 #include "topology/build.h"
 #include "topology/machine.h"
@@ -490,7 +491,11 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   co.wait.spin_ns = oversubscribed ? 0 : params::GetInt(params::Id::kSpinMicros) * 1000;
   co.wait.yield_ns = co.wait.spin_ns + params::GetInt(params::Id::kYieldMicros) * 1000;
   co.ranks_share_cpus = oversubscribed;
-  co.tuning = algorithms::SwitchTableName(algorithms::ConfiguredSwitchTable());
+  const algorithms::SwitchTable table = algorithms::ConfiguredSwitchTable();
+  co.tuning = algorithms::SwitchTableName(table);
+  // The copy rule measured with that table's host (kernels/reduce.h,
+  // CopyMisaligned); process-wide, so the last communicator created sets it.
+  kernels::SetMisalignedCopyRule(table == algorithms::SwitchTable::kAmdZen4);
   co.cache_bytes = topology::CacheBytes(2);
   co.comm_name = config.name;
   co.watch = [scoped, name = config.name] { return CheckJoinFailed(*scoped, name); };

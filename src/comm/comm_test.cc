@@ -613,13 +613,16 @@ TEST(CommPipeTest, TinyPipeWithoutCmaMatchesReference) {
   }
 }
 
-// Every pipe walk starts at the pipe position after the last step of the
-// walk before (shm_pipe.cc, Walk::first_parity), across collectives: a
-// stream of one-, two- and three-step walks of allgather, broadcast,
-// allreduce and alltoall with new values every call, checked exactly, so a
-// rank that rewrote a position a peer still read would show as a wrong
-// value. A tiny pipe (8 KiB: 4 KiB per allgather and broadcast chunk, 2 KiB
-// per reduce and alltoall chunk with 2 ranks) makes the walks short.
+// Every pipe walk starts in each pipe at the position after the last step
+// staged there (shm_pipe.cc, Walk::first_parity), across collectives: a
+// stream of one-, two- and three-step walks of allgather, broadcast (only
+// the root's pipe), allreduce (in place every other time), alltoall,
+// reduce_scatter and reduce (rotating roots), and SharedBuffer allgathers
+// (which read the mapped buffers and stage nothing), with new values every
+// call, checked exactly. A rank that counted other positions than its
+// peers would read a stale or unwritten chunk and show a wrong value. A
+// tiny pipe (8 KiB: 4 KiB per allgather and broadcast chunk, 2 KiB per
+// reduce and alltoall chunk with 2 ranks) makes the walks short.
 TEST(CommPipeTest, WalksTakeTurnsOnThePipePositionsAcrossCollectives) {
   params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", "8K");
   for (int n : {2, 3}) {
@@ -634,12 +637,57 @@ TEST(CommPipeTest, WalksTakeTurnsOnThePipePositionsAcrossCollectives) {
       auto bad = [&](const char* what, int call, size_t i, int64_t got, int64_t want) {
         return Status(Code::kInternal, fmt::format("call {} {}: element {} is {}, want {}", call, what, i, got, want));
       };
-      for (int call = 0; call < 120; ++call) {
+      auto shared_in = SharedBuffer::Allocate(3000 * sizeof(int32_t));
+      auto shared_out = SharedBuffer::Allocate(3000 * sizeof(int32_t) * static_cast<size_t>(size));
+      if (!shared_in.ok() || !shared_out.ok()) return Status(Code::kInternal, "SharedBuffer::Allocate failed");
+      for (int call = 0; call < 168; ++call) {
         // One, two or three steps in turn: odd and even walk lengths.
         const size_t count = 1000 * static_cast<size_t>(1 + call % 3);  // int32 elements per rank block
         std::vector<int32_t> in(count), out(count * static_cast<size_t>(size), -1);
         for (size_t i = 0; i < count; ++i) in[i] = value(call, me, i);
-        switch (call % 4) {
+        const int root = call % size;
+        switch (call % 7) {
+          case 4: {
+            // Rank r's block r of the input: value(call, r, r * per + i).
+            const size_t per = count / static_cast<size_t>(size);
+            std::vector<int32_t> send(per * static_cast<size_t>(size)), recv(per, -1);
+            for (size_t i = 0; i < send.size(); ++i) send[i] = value(call, me, i);
+            CHOIR_RETURN_IF_ERROR(
+                comm.ReduceScatter(send.data(), recv.data(), per, DataType::kInt32, ReduceOp::kSum, po).Wait());
+            for (size_t i = 0; i < per; ++i) {
+              int64_t want = 0;
+              for (int r = 0; r < size; ++r) want += value(call, r, static_cast<size_t>(me) * per + i);
+              if (recv[i] != want) return bad("reduce_scatter", call, i, recv[i], want);
+            }
+            continue;
+          }
+          case 5: {
+            CHOIR_RETURN_IF_ERROR(
+                comm.Reduce(in.data(), out.data(), count, DataType::kInt32, ReduceOp::kSum, root, po).Wait());
+            for (size_t i = 0; me == root && i < count; ++i) {
+              int64_t want = 0;
+              for (int r = 0; r < size; ++r) want += value(call, r, i);
+              if (out[i] != want) return bad("reduce", call, i, out[i], want);
+            }
+            continue;
+          }
+          case 6: {
+            int32_t* sin = shared_in->as<int32_t>();
+            int32_t* sout = shared_out->as<int32_t>();
+            for (size_t i = 0; i < count; ++i) sin[i] = value(call, me, i);
+            CHOIR_RETURN_IF_ERROR(comm.Allgather(sin, sout, count, DataType::kInt32, po).Wait());
+            for (int r = 0; r < size; ++r) {
+              for (size_t i = 0; i < count; ++i) {
+                const int32_t got = sout[static_cast<size_t>(r) * count + i];
+                if (got != value(call, r, i)) return bad("shared allgather", call, i, got, value(call, r, i));
+              }
+            }
+            continue;
+          }
+          default:
+            break;
+        }
+        switch (call % 7) {
           case 0: {
             CHOIR_RETURN_IF_ERROR(comm.Allgather(in.data(), out.data(), count, DataType::kInt32, po).Wait());
             for (int r = 0; r < size; ++r) {
@@ -651,7 +699,6 @@ TEST(CommPipeTest, WalksTakeTurnsOnThePipePositionsAcrossCollectives) {
             break;
           }
           case 1: {
-            const int root = call % size;
             CHOIR_RETURN_IF_ERROR(comm.Broadcast(in.data(), out.data(), count, DataType::kInt32, root, po).Wait());
             for (size_t i = 0; i < count; ++i) {
               if (out[i] != value(call, root, i)) return bad("broadcast", call, i, out[i], value(call, root, i));
@@ -659,16 +706,18 @@ TEST(CommPipeTest, WalksTakeTurnsOnThePipePositionsAcrossCollectives) {
             break;
           }
           case 2: {
+            // In place every other time.
+            int32_t* result = call % 2 == 0 ? in.data() : out.data();
             CHOIR_RETURN_IF_ERROR(
-                comm.Allreduce(in.data(), out.data(), count, DataType::kInt32, ReduceOp::kSum, po).Wait());
+                comm.Allreduce(in.data(), result, count, DataType::kInt32, ReduceOp::kSum, po).Wait());
             for (size_t i = 0; i < count; ++i) {
               int64_t want = 0;
               for (int r = 0; r < size; ++r) want += value(call, r, i);
-              if (out[i] != want) return bad("allreduce", call, i, out[i], want);
+              if (result[i] != want) return bad("allreduce", call, i, result[i], want);
             }
             break;
           }
-          default: {
+          case 3: {
             // Block p of rank r's input: value(call, r, p * per + i).
             const size_t per = count / static_cast<size_t>(size);
             std::vector<int32_t> send(per * static_cast<size_t>(size)), recv(send.size(), -1);
@@ -719,7 +768,7 @@ TEST(CommPipeTest, HierarchicalStepsThroughThePipeMatchReference) {
         SweepOptions so;
         so.ops = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
         so.dtypes = {DataType::kFloat32, DataType::kInt64, DataType::kBFloat16};
-        so.counts = {7, 5000, 70001};
+        so.counts = {7, 5000, 70001, 300001};  // 300001: past 1 MiB, the pipe on every table
         so.algorithm = "hier";
         so.reduce_ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
         return CheckSweep(comm, so);

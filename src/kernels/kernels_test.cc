@@ -640,39 +640,76 @@ TEST(CopyAliasedTest, NamesDestinationsJustAfterTheSourceModuloFourKiB) {
   EXPECT_FALSE(CopyAliased(page + 64, page));
   EXPECT_FALSE(CopyAliased(page, page + 16));  // destination before the source
   EXPECT_TRUE(CopyAliased(page + 8192 + 16, page));  // 8208 bytes apart: 16 modulo 4 KiB
-  for (const bool misaligned_slow : {false, true}) {
-    EXPECT_FALSE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMinBytes - 1, misaligned_slow));
-    EXPECT_TRUE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMinBytes, misaligned_slow));
-    EXPECT_FALSE(CopyAvoidsMemcpy(page + 64, page, 8192, misaligned_slow));
+  for (const bool misaligned_rule : {false, true}) {
+    EXPECT_FALSE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMinBytes - 1, misaligned_rule));
+    EXPECT_TRUE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMinBytes, misaligned_rule));
+    EXPECT_FALSE(CopyAvoidsMemcpy(page + 64, page, 8192, misaligned_rule));
   }
   EXPECT_FALSE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMaxBytes, false));
 }
 
 // Copies between different offsets within a line take the vector loop from
-// kMisalignedCopyMinBytes below kMisalignedCopyMaxBytes, on CPUs whose
-// memcpy measured slow for them (AMD: MemcpySlowWhenMisaligned), whatever
-// their distance modulo 4 KiB; co-aligned ones never do (but when aliased).
-TEST(CopyMisalignedTest, TakesTheVectorLoopOnlyWhereMeasuredSlow) {
+// kMisalignedCopyMinBytes below kMisalignedCopyMaxBytes where the rule is on
+// (SetMisalignedCopyRule: the Zen 4 switch table), whatever their distance
+// modulo 4 KiB; co-aligned ones never do (but when aliased); the portable
+// kernels never do.
+TEST(CopyMisalignedTest, TakesTheVectorLoopOnlyWhereTheRuleIsOn) {
   alignas(4096) static uint8_t page[4096];
   EXPECT_FALSE(CopyMisaligned(page, page + 4096));
   EXPECT_FALSE(CopyMisaligned(page + 64, page));
   EXPECT_TRUE(CopyMisaligned(page + 16, page));
   EXPECT_TRUE(CopyMisaligned(page, page + 100));
-  EXPECT_TRUE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMaxBytes, true));
+  EXPECT_TRUE(CopyAvoidsMemcpy(page + 16, page, kAliasedCopyMaxBytes - 1, true));
   EXPECT_TRUE(CopyAvoidsMemcpy(page, page + 100, kMisalignedCopyMinBytes, true));
   EXPECT_TRUE(CopyAvoidsMemcpy(page, page + 100, kMisalignedCopyMaxBytes - 1, true));
   EXPECT_FALSE(CopyAvoidsMemcpy(page, page + 100, kMisalignedCopyMinBytes - 1, true));
   EXPECT_FALSE(CopyAvoidsMemcpy(page, page + 100, kMisalignedCopyMaxBytes, true));
   EXPECT_FALSE(CopyAvoidsMemcpy(page, page + 100, kMisalignedCopyMinBytes, false));
   EXPECT_FALSE(CopyAvoidsMemcpy(page + 4096, page, kMisalignedCopyMinBytes, true));
-  // This host's answer is its CPU maker's.
-#if defined(__x86_64__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool amd = __get_cpuid(0, &eax, &ebx, &ecx, &edx) != 0 && ebx == 0x68747541u;
-#else
-  const bool amd = false;
-#endif
-  EXPECT_EQ(MemcpySlowWhenMisaligned(), amd);
+
+  EXPECT_FALSE(MisalignedCopyRuleActive());  // off until a communicator turns it on
+  SetMisalignedCopyRule(true);
+  for (const char* isa : AvailableIsas()) {
+    ASSERT_TRUE(ForceIsa(isa));
+    EXPECT_EQ(MisalignedCopyRuleActive(), std::string(isa) != "generic") << isa;
+  }
+  ASSERT_TRUE(ForceIsa("auto"));
+  SetMisalignedCopyRule(false);
+  EXPECT_FALSE(MisalignedCopyRuleActive());
+}
+
+// With the rule on, every ISA copies exactly at the rule's edges and at
+// every offset within a line, guard bytes untouched.
+TEST(CopyMisalignedTest, CopiesExactlyWithTheRuleOn) {
+  std::mt19937_64 rng(11);
+  SetMisalignedCopyRule(true);
+  std::vector<uint8_t> src_arena(kMisalignedCopyMaxBytes + 256), dst_arena(kMisalignedCopyMaxBytes + 256);
+  for (const char* isa : AvailableIsas()) {
+    ASSERT_TRUE(ForceIsa(isa));
+    for (size_t bytes : {kMisalignedCopyMinBytes - 1, kMisalignedCopyMinBytes, kMisalignedCopyMinBytes + 1,
+                         size_t{(512 << 10) + 7}, kMisalignedCopyMaxBytes - 1, kMisalignedCopyMaxBytes}) {
+      for (size_t src_offset : {0, 16, 63}) {
+        for (size_t dst_offset : {1, 16, 47}) {
+          SCOPED_TRACE(std::string("isa ") + isa + " bytes " + std::to_string(bytes) + " src+" +
+                       std::to_string(src_offset) + " dst+" + std::to_string(dst_offset));
+          const auto line = [](std::vector<uint8_t>& v) {
+            return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t{63});
+          };
+          uint8_t* src = line(src_arena) + src_offset;
+          uint8_t* dst = line(dst_arena) + 64 + dst_offset;
+          for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<uint8_t>(rng());
+          dst[-1] = 0xa5;
+          dst[bytes] = 0x5a;
+          CopyBytes(dst, src, bytes, /*nontemporal=*/false);
+          EXPECT_EQ(std::memcmp(dst, src, bytes), 0);
+          EXPECT_EQ(dst[-1], 0xa5);
+          EXPECT_EQ(dst[bytes], 0x5a);
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(ForceIsa("auto"));
+  SetMisalignedCopyRule(false);
 }
 
 // Aliased distances: exact copies and guards kept for every ISA and sizes
@@ -695,7 +732,7 @@ TEST_F(KernelsTest, CopyBytesAliasedDistances) {
           auto* dst = src + (bytes + 4095) / 4096 * 4096 + distance;
           ASSERT_LE(dst + bytes + 1, arena.data() + arena.size());
           ASSERT_TRUE(CopyAliased(dst, src));
-          EXPECT_EQ(CopyAvoidsMemcpy(dst, src, bytes, /*misaligned_slow=*/false),
+          EXPECT_EQ(CopyAvoidsMemcpy(dst, src, bytes, /*misaligned_rule=*/false),
                     bytes >= kAliasedCopyMinBytes && bytes < kAliasedCopyMaxBytes);
           for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<uint8_t>(rng());
           dst[-1] = 0xa5;

@@ -127,25 +127,25 @@ void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal) {
   if (bytes == 0) return;
   if (nontemporal && bytes >= kMinNontemporalBytes) {
     Active().copy_nontemporal(dst, src, bytes);
-  } else if (CopyAvoidsMemcpy(dst, src, bytes, MemcpySlowWhenMisaligned())) {
+  } else if (bytes >= kAliasedCopyMinBytes &&
+             CopyAvoidsMemcpy(dst, src, bytes, bytes >= kMisalignedCopyMinBytes && MisalignedCopyRuleActive())) {
     Active().copy(dst, src, bytes);
   } else {
     std::memcpy(dst, src, bytes);
   }
 }
 
-bool MemcpySlowWhenMisaligned() {
-#if CHOIR_KERNELS_X86
-  static const bool amd = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
-    // "AuthenticAMD" in EBX, EDX, ECX.
-    return ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
-  }();
-  return amd;
-#else
-  return false;
-#endif
+namespace {
+std::atomic<bool>& MisalignedRule() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+}  // namespace
+
+void SetMisalignedCopyRule(bool on) { MisalignedRule().store(on, std::memory_order_relaxed); }
+
+bool MisalignedCopyRuleActive() {
+  return MisalignedRule().load(std::memory_order_relaxed) && &Active() != &GetRegistry().tables[GetRegistry().count - 1];
 }
 
 const char* ActiveIsa() { return Active().name; }

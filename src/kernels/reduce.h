@@ -84,31 +84,36 @@ inline constexpr size_t kAliasedCopyMaxBytes = 1u << 20;
 
 // True when dst and src lie at different offsets within a 64-byte line.
 // On the AMD EPYC Zen 4 host the shared pipe's copies between such
-// addresses (user buffers 16 bytes past a page, chunks on 64-byte lines)
-// ran faster with the vector loop than with memcpy (`rep movsb` at these
-// sizes) in the host's slow spells, when lines cross between the cores
-// slowly: 2-rank allreduce 512 KiB-16 MiB 4.6-6.1 against 2.2-2.5 GB/s
-// (medians of 5 interleaved launches), 1 MiB allgather 13.6 against 12.3;
-// in a fast spell the two were within 0.90x-1.08x at every size and
-// collective but one (broadcast 256 KiB 1.20x; 7 launches); alone, with the source in this core's cache,
-// both copied 48.2 GB/s at 512 KiB (docs/performance.md, "Copies between
-// lines at different offsets"). So CopyBytes takes the
+// addresses (user buffers 16 bytes past a page, chunks on 64-byte lines;
+// at most 512 KiB per copy there) ran faster with the vector loop than with
+// memcpy (`rep movsb` at these sizes) in the host's slow spells, when lines
+// cross between the cores slowly: the 2-rank pipe allreduce at 512 KiB-16
+// MiB 4.6-6.1 against 2.2-2.5 GB/s of busbw (medians of 5 interleaved
+// launches), the 1 MiB allgather 13.6 against 12.3; in a fast spell the two
+// were within 0.90x-1.08x at every size and collective but one (broadcast
+// 256 KiB 1.20x; 7 launches); alone, with the source in this core's cache,
+// memcpy copied 48.3 GB/s at 512 KiB and the loop 48.2 (docs/performance.md,
+// "Copies between lines at different offsets"). So CopyBytes takes the
 // vector loop for such copies in [kMisalignedCopyMinBytes,
-// kMisalignedCopyMaxBytes) on AMD CPUs (MemcpySlowWhenMisaligned; Intel was
-// not measured, nor larger copies, which glibc streams past the caches).
+// kMisalignedCopyMaxBytes) where SetMisalignedCopyRule turned the rule on:
+// the communicators do, on hosts whose switch-point table is the Zen 4 one
+// (comm/bootstrap.cc), the only CPU it was measured on; never with the
+// portable kernels (a 16-byte loop, not measured against memcpy).
 inline constexpr size_t kMisalignedCopyMinBytes = 64 * 1024;
-inline constexpr size_t kMisalignedCopyMaxBytes = 4u << 20;
+inline constexpr size_t kMisalignedCopyMaxBytes = 1u << 20;
 inline bool CopyMisaligned(const void* dst, const void* src) {
   return ((reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src)) & 63) != 0;
 }
-// Whether this CPU takes the vector loop for CopyMisaligned copies (AMD).
-bool MemcpySlowWhenMisaligned();
+// Turns the rule on or off for the whole process (off at start).
+void SetMisalignedCopyRule(bool on);
+// Whether the rule is on and the active kernels are vector ones.
+bool MisalignedCopyRuleActive();
 
-// Whether CopyBytes copies `bytes` from src to dst with the vector loop on a
-// CPU for which MemcpySlowWhenMisaligned() is `misaligned_slow`.
-inline bool CopyAvoidsMemcpy(const void* dst, const void* src, size_t bytes, bool misaligned_slow) {
+// Whether CopyBytes copies `bytes` from src to dst with the vector loop when
+// the misaligned-copy rule is `misaligned_rule` (MisalignedCopyRuleActive).
+inline bool CopyAvoidsMemcpy(const void* dst, const void* src, size_t bytes, bool misaligned_rule) {
   if (bytes >= kAliasedCopyMinBytes && bytes < kAliasedCopyMaxBytes && CopyAliased(dst, src)) return true;
-  return misaligned_slow && bytes >= kMisalignedCopyMinBytes && bytes < kMisalignedCopyMaxBytes &&
+  return misaligned_rule && bytes >= kMisalignedCopyMinBytes && bytes < kMisalignedCopyMaxBytes &&
          CopyMisaligned(dst, src);
 }
 

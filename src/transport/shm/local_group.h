@@ -37,9 +37,10 @@ struct LocalGroup {
   // read_through values AreaOp::Acquire had to read.
   uint64_t read_by_all = 0;
   uint32_t history = 0;                 // SlotHeader::history of this rank's next operation
-  // Steps the pipe walks of this group have taken (shm_pipe.cc), equal on
-  // every local rank: a walk starts at the parity the one before ended on.
-  uint64_t pipe_steps = 0;
+  // Steps staged into each local rank's pipe so far (shm_pipe.cc), by local
+  // index, equal on every local rank: a walk stages into a pipe from the
+  // position after the one its last step there used.
+  std::vector<uint64_t> pipe_steps;
   PeerBufferMaps peer_buffers;          // local peers' SharedBuffers mapped here
 
   int size() const { return static_cast<int>(ranks.size()); }
