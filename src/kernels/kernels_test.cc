@@ -630,6 +630,18 @@ TEST_F(KernelsTest, CopyBytesAllSizesAndAlignments) {
   }
 }
 
+// Fills src[0, bytes) from `rng`, copies it to dst with CopyBytes (plain
+// stores) and checks the copy and the guard bytes just outside it.
+void ExpectGuardedCopy(uint8_t* dst, uint8_t* src, size_t bytes, std::mt19937_64& rng) {
+  for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<uint8_t>(rng());
+  dst[-1] = 0xa5;
+  dst[bytes] = 0x5a;
+  CopyBytes(dst, src, bytes, /*nontemporal=*/false);
+  EXPECT_EQ(std::memcmp(dst, src, bytes), 0);
+  EXPECT_EQ(dst[-1], 0xa5);
+  EXPECT_EQ(dst[bytes], 0x5a);
+}
+
 TEST(CopyAliasedTest, NamesDestinationsJustAfterTheSourceModuloFourKiB) {
   alignas(4096) static uint8_t page[3 * 4096];
   EXPECT_FALSE(CopyAliased(page, page));
@@ -697,13 +709,7 @@ TEST(CopyMisalignedTest, CopiesExactlyWithTheRuleOn) {
           };
           uint8_t* src = line(src_arena) + src_offset;
           uint8_t* dst = line(dst_arena) + 64 + dst_offset;
-          for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<uint8_t>(rng());
-          dst[-1] = 0xa5;
-          dst[bytes] = 0x5a;
-          CopyBytes(dst, src, bytes, /*nontemporal=*/false);
-          EXPECT_EQ(std::memcmp(dst, src, bytes), 0);
-          EXPECT_EQ(dst[-1], 0xa5);
-          EXPECT_EQ(dst[bytes], 0x5a);
+          ExpectGuardedCopy(dst, src, bytes, rng);
         }
       }
     }
@@ -734,13 +740,7 @@ TEST_F(KernelsTest, CopyBytesAliasedDistances) {
           ASSERT_TRUE(CopyAliased(dst, src));
           EXPECT_EQ(CopyAvoidsMemcpy(dst, src, bytes, /*misaligned_rule=*/false),
                     bytes >= kAliasedCopyMinBytes && bytes < kAliasedCopyMaxBytes);
-          for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<uint8_t>(rng());
-          dst[-1] = 0xa5;
-          dst[bytes] = 0x5a;
-          CopyBytes(dst, src, bytes, /*nontemporal=*/false);
-          EXPECT_EQ(std::memcmp(dst, src, bytes), 0);
-          EXPECT_EQ(dst[-1], 0xa5);
-          EXPECT_EQ(dst[bytes], 0x5a);
+          ExpectGuardedCopy(dst, src, bytes, rng);
         }
       }
     }
