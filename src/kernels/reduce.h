@@ -92,8 +92,10 @@ inline constexpr size_t kAliasedCopyMaxBytes = 1u << 20;
 // launches), the 1 MiB allgather 13.6 against 12.3; in a fast spell the two
 // were within 0.90x-1.08x at every size and collective but one (broadcast
 // 256 KiB 1.20x; 7 launches); alone, with the source in this core's cache,
-// memcpy copied 48.3 GB/s at 512 KiB and the loop 48.2 (docs/performance.md,
-// "Copies between lines at different offsets"). So CopyBytes takes the
+// memcpy copied 48.3 GB/s at 512 KiB and the loop 48.2; in a later, mixed
+// state the allreduce ran 0.61x-0.96x of memcpy's medians at 1-4 MiB, its
+// slowest launches faster (docs/performance.md, "Copies between lines at
+// different offsets"). So CopyBytes takes the
 // vector loop for such copies in [kMisalignedCopyMinBytes,
 // kMisalignedCopyMaxBytes) where SetMisalignedCopyRule turned the rule on:
 // the communicators do, on hosts whose switch-point table is the Zen 4 one
