@@ -78,7 +78,6 @@ class AreaOp {
   // (local_group.h: pipe_steps). Every local rank must take the same steps
   // for the same owners.
   uint64_t TakePipeSteps(int owner, uint64_t steps) {
-    if (group_->pipe_steps.size() != static_cast<size_t>(size())) group_->pipe_steps.assign(static_cast<size_t>(size()), 0);
     uint64_t& taken = group_->pipe_steps[static_cast<size_t>(owner)];
     const uint64_t first = taken & 1;
     taken += steps;

@@ -634,8 +634,24 @@ TEST(CommPipeTest, WalksTakeTurnsOnThePipePositionsAcrossCollectives) {
       auto value = [](int call, int rank, size_t i) {
         return static_cast<int32_t>(call * 100003 + rank * 1009 + static_cast<int>(i % 977));
       };
+      // The sum over the ranks of element i of call's inputs.
+      auto sum = [&](int call, size_t i) {
+        int64_t want = 0;
+        for (int r = 0; r < size; ++r) want += value(call, r, i);
+        return want;
+      };
       auto bad = [&](const char* what, int call, size_t i, int64_t got, int64_t want) {
         return Status(Code::kInternal, fmt::format("call {} {}: element {} is {}, want {}", call, what, i, got, want));
+      };
+      // Every rank's block of `count` elements, in rank order.
+      auto check_gathered = [&](const char* what, int call, const int32_t* got, size_t count) -> Status {
+        for (int r = 0; r < size; ++r) {
+          for (size_t i = 0; i < count; ++i) {
+            const int32_t v = got[static_cast<size_t>(r) * count + i];
+            if (v != value(call, r, i)) return bad(what, call, i, v, value(call, r, i));
+          }
+        }
+        return Status::Ok();
       };
       auto shared_in = SharedBuffer::Allocate(3000 * sizeof(int32_t));
       auto shared_out = SharedBuffer::Allocate(3000 * sizeof(int32_t) * static_cast<size_t>(size));
@@ -643,83 +659,33 @@ TEST(CommPipeTest, WalksTakeTurnsOnThePipePositionsAcrossCollectives) {
       for (int call = 0; call < 168; ++call) {
         // One, two or three steps in turn: odd and even walk lengths.
         const size_t count = 1000 * static_cast<size_t>(1 + call % 3);  // int32 elements per rank block
+        const size_t per = count / static_cast<size_t>(size);           // alltoall and reduce_scatter blocks
         std::vector<int32_t> in(count), out(count * static_cast<size_t>(size), -1);
         for (size_t i = 0; i < count; ++i) in[i] = value(call, me, i);
         const int root = call % size;
         switch (call % 7) {
-          case 4: {
-            // Rank r's block r of the input: value(call, r, r * per + i).
-            const size_t per = count / static_cast<size_t>(size);
-            std::vector<int32_t> send(per * static_cast<size_t>(size)), recv(per, -1);
-            for (size_t i = 0; i < send.size(); ++i) send[i] = value(call, me, i);
-            CHOIR_RETURN_IF_ERROR(
-                comm.ReduceScatter(send.data(), recv.data(), per, DataType::kInt32, ReduceOp::kSum, po).Wait());
-            for (size_t i = 0; i < per; ++i) {
-              int64_t want = 0;
-              for (int r = 0; r < size; ++r) want += value(call, r, static_cast<size_t>(me) * per + i);
-              if (recv[i] != want) return bad("reduce_scatter", call, i, recv[i], want);
-            }
-            continue;
-          }
-          case 5: {
-            CHOIR_RETURN_IF_ERROR(
-                comm.Reduce(in.data(), out.data(), count, DataType::kInt32, ReduceOp::kSum, root, po).Wait());
-            for (size_t i = 0; me == root && i < count; ++i) {
-              int64_t want = 0;
-              for (int r = 0; r < size; ++r) want += value(call, r, i);
-              if (out[i] != want) return bad("reduce", call, i, out[i], want);
-            }
-            continue;
-          }
-          case 6: {
-            int32_t* sin = shared_in->as<int32_t>();
-            int32_t* sout = shared_out->as<int32_t>();
-            for (size_t i = 0; i < count; ++i) sin[i] = value(call, me, i);
-            CHOIR_RETURN_IF_ERROR(comm.Allgather(sin, sout, count, DataType::kInt32, po).Wait());
-            for (int r = 0; r < size; ++r) {
-              for (size_t i = 0; i < count; ++i) {
-                const int32_t got = sout[static_cast<size_t>(r) * count + i];
-                if (got != value(call, r, i)) return bad("shared allgather", call, i, got, value(call, r, i));
-              }
-            }
-            continue;
-          }
-          default:
-            break;
-        }
-        switch (call % 7) {
-          case 0: {
+          case 0:
             CHOIR_RETURN_IF_ERROR(comm.Allgather(in.data(), out.data(), count, DataType::kInt32, po).Wait());
-            for (int r = 0; r < size; ++r) {
-              for (size_t i = 0; i < count; ++i) {
-                const int32_t got = out[static_cast<size_t>(r) * count + i];
-                if (got != value(call, r, i)) return bad("allgather", call, i, got, value(call, r, i));
-              }
-            }
+            CHOIR_RETURN_IF_ERROR(check_gathered("allgather", call, out.data(), count));
             break;
-          }
-          case 1: {
+          case 1:
             CHOIR_RETURN_IF_ERROR(comm.Broadcast(in.data(), out.data(), count, DataType::kInt32, root, po).Wait());
             for (size_t i = 0; i < count; ++i) {
               if (out[i] != value(call, root, i)) return bad("broadcast", call, i, out[i], value(call, root, i));
             }
             break;
-          }
           case 2: {
             // In place every other time.
             int32_t* result = call % 2 == 0 ? in.data() : out.data();
             CHOIR_RETURN_IF_ERROR(
                 comm.Allreduce(in.data(), result, count, DataType::kInt32, ReduceOp::kSum, po).Wait());
             for (size_t i = 0; i < count; ++i) {
-              int64_t want = 0;
-              for (int r = 0; r < size; ++r) want += value(call, r, i);
-              if (result[i] != want) return bad("allreduce", call, i, result[i], want);
+              if (result[i] != sum(call, i)) return bad("allreduce", call, i, result[i], sum(call, i));
             }
             break;
           }
           case 3: {
             // Block p of rank r's input: value(call, r, p * per + i).
-            const size_t per = count / static_cast<size_t>(size);
             std::vector<int32_t> send(per * static_cast<size_t>(size)), recv(send.size(), -1);
             for (size_t i = 0; i < send.size(); ++i) send[i] = value(call, me, i);
             CHOIR_RETURN_IF_ERROR(comm.Alltoall(send.data(), recv.data(), per, DataType::kInt32, po).Wait());
@@ -730,6 +696,33 @@ TEST(CommPipeTest, WalksTakeTurnsOnThePipePositionsAcrossCollectives) {
                 if (got != value(call, r, at)) return bad("alltoall", call, i, got, value(call, r, at));
               }
             }
+            break;
+          }
+          case 4: {
+            // Rank r's block r of the input: value(call, r, r * per + i).
+            std::vector<int32_t> send(per * static_cast<size_t>(size)), recv(per, -1);
+            for (size_t i = 0; i < send.size(); ++i) send[i] = value(call, me, i);
+            CHOIR_RETURN_IF_ERROR(
+                comm.ReduceScatter(send.data(), recv.data(), per, DataType::kInt32, ReduceOp::kSum, po).Wait());
+            for (size_t i = 0; i < per; ++i) {
+              const int64_t want = sum(call, static_cast<size_t>(me) * per + i);
+              if (recv[i] != want) return bad("reduce_scatter", call, i, recv[i], want);
+            }
+            break;
+          }
+          case 5:
+            CHOIR_RETURN_IF_ERROR(
+                comm.Reduce(in.data(), out.data(), count, DataType::kInt32, ReduceOp::kSum, root, po).Wait());
+            for (size_t i = 0; me == root && i < count; ++i) {
+              if (out[i] != sum(call, i)) return bad("reduce", call, i, out[i], sum(call, i));
+            }
+            break;
+          default: {
+            int32_t* sin = shared_in->as<int32_t>();
+            int32_t* sout = shared_out->as<int32_t>();
+            std::copy(in.begin(), in.end(), sin);
+            CHOIR_RETURN_IF_ERROR(comm.Allgather(sin, sout, count, DataType::kInt32, po).Wait());
+            CHOIR_RETURN_IF_ERROR(check_gathered("shared allgather", call, sout, count));
             break;
           }
         }

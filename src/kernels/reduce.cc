@@ -127,8 +127,7 @@ void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal) {
   if (bytes == 0) return;
   if (nontemporal && bytes >= kMinNontemporalBytes) {
     Active().copy_nontemporal(dst, src, bytes);
-  } else if (bytes >= kAliasedCopyMinBytes &&
-             CopyAvoidsMemcpy(dst, src, bytes, bytes >= kMisalignedCopyMinBytes && MisalignedCopyRuleActive())) {
+  } else if (CopyAvoidsMemcpy(dst, src, bytes, bytes >= kMisalignedCopyMinBytes && MisalignedCopyRuleActive())) {
     Active().copy(dst, src, bytes);
   } else {
     std::memcpy(dst, src, bytes);

@@ -328,6 +328,7 @@ Result<std::unique_ptr<Endpoint>> ConnectPeers(Store& store, int rank,
     group->ranks_share_cpus = options.ranks_share_cpus;
     group->tuning = options.tuning;
     group->pipe_cache_bytes = group_ready.cache_bytes;
+    group->pipe_steps.assign(my_shm.size(), 0);
     size_t next_peer = 0;
     for (size_t i = 0; i < my_shm.size(); ++i) {
       const int p = my_shm[i];
