@@ -104,6 +104,14 @@ std::string PeerAddress(int fd) {
   return FormatAddress(addr);
 }
 
+bool IsConnectedToItself(int fd) {
+  sockaddr_in local{}, peer{};
+  socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) return false;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) return false;
+  return local.sin_port == peer.sin_port && local.sin_addr.s_addr == peer.sin_addr.s_addr;
+}
+
 namespace {
 // "the connection to 10.0.0.2:5000", or, once the kernel has forgotten the
 // peer of a reset connection, the local end ("the connection from
@@ -138,6 +146,12 @@ Result<Fd> Connect(const std::string& host, int port, Deadline deadline) {
         rc = -1;
         errno = ETIMEDOUT;
       }
+    }
+    if (rc == 0 && IsConnectedToItself(fd.get())) {
+      // Nobody listens there yet: as good as refused, and the port is freed
+      // for the server by closing.
+      rc = -1;
+      errno = ECONNREFUSED;
     }
     if (rc == 0) {
       CHOIR_RETURN_IF_ERROR(SetNonBlocking(fd.get(), false));

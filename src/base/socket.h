@@ -31,9 +31,14 @@ Result<Fd> Listen(const std::string& host, int port, int backlog = 128);
 int LocalPort(int fd);
 std::string LocalAddress(int fd);
 std::string PeerAddress(int fd);
+// True when a TCP socket is connected to itself: a connect to a port of this
+// host in the ephemeral range, while nothing listens there, can pick that very
+// port as its source and complete by simultaneous open. Connect retries then,
+// since the socket would hold the port the awaited server needs.
+bool IsConnectedToItself(int fd);
 
-// Connects, retrying refused/unreachable attempts until `deadline` (the peer may
-// not be listening yet). ConnectTimeout or ConnectRefused name the address.
+// Connects, retrying refused/unreachable attempts and connections to itself
+// until `deadline` (the peer may not be listening yet). ConnectTimeout or ConnectRefused name the address.
 Result<Fd> Connect(const std::string& host, int port, Deadline deadline);
 // Accepts one connection; ConnectTimeout when the deadline passes first.
 Result<Fd> Accept(int listen_fd, Deadline deadline);

@@ -4,6 +4,14 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <fstream>
+#include <random>
+
+#include "base/socket.h"
 
 namespace choir::testing {
 
@@ -21,6 +29,24 @@ Fd RefusingPort(int* port) {
   }
   *port = ntohs(a.sin_port);
   return fd;
+}
+
+int FreePortPair() {
+  int ephemeral_low = 32768;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> ephemeral_low;
+  const int low = 10000;
+  const int high = std::max(low + 100, ephemeral_low - 2);
+  std::mt19937 rng(static_cast<unsigned>(getpid()) ^ static_cast<unsigned>(time(nullptr)));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = std::uniform_int_distribution<int>(low, high)(rng);
+    auto first = net::Listen("127.0.0.1", port);
+    if (!first.ok()) continue;
+    auto second = net::Listen("127.0.0.1", port + 1);
+    if (second.ok()) return port;
+  }
+  ADD_FAILURE() << "no free pair of ports on 127.0.0.1 in " << low << ".." << high;
+  return 0;
 }
 
 }  // namespace choir::testing

@@ -239,20 +239,6 @@ std::string AllowedCpus() {
   return "";
 }
 
-// A port Q such that Q and Q+1 are both free on 127.0.0.1 right now.
-int FreePortPair() {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    auto probe = net::Listen("127.0.0.1", 0);
-    if (!probe.ok()) continue;
-    const int port = net::LocalPort(probe->get());
-    if (port <= 0 || port >= 65535) continue;
-    auto next = net::Listen("127.0.0.1", port + 1);
-    if (next.ok()) return port;
-  }
-  ADD_FAILURE() << "no free pair of ports on 127.0.0.1";
-  return 0;
-}
-
 // ------------------------------------------------------------------ contract
 
 TEST(RunTest, EnvironmentContractPerRank) {
@@ -585,7 +571,7 @@ std::vector<std::string> NodeArgs(int node_rank, int port, const std::string& pr
 }
 
 TEST(MultiNodeTest, TwoLaunchersOnLoopbackFormOneJob) {
-  const int port = FreePortPair();
+  const int port = testing::FreePortPair();
   ASSERT_GT(port, 0);
   // Node 1 first: it must wait for node 0's store to come up.
   ChoirProcess node1(NodeArgs(1, port, CHOIR_STORE_CLIENT_PATH));
@@ -602,7 +588,7 @@ TEST(MultiNodeTest, TwoLaunchersOnLoopbackFormOneJob) {
 }
 
 TEST(MultiNodeTest, AllreduceAcrossTwoLaunchers) {
-  const int port = FreePortPair();
+  const int port = testing::FreePortPair();
   ASSERT_GT(port, 0);
   ChoirProcess node0(NodeArgs(0, port, CHOIR_ALLREDUCE_RANK_PATH));
   ChoirProcess node1(NodeArgs(1, port, CHOIR_ALLREDUCE_RANK_PATH));
@@ -615,7 +601,7 @@ TEST(MultiNodeTest, AllreduceAcrossTwoLaunchers) {
 }
 
 TEST(MultiNodeTest, EnvironmentOnTheSecondNode) {
-  const int port = FreePortPair();
+  const int port = testing::FreePortPair();
   ASSERT_GT(port, 0);
   const std::string script =
       "echo ENV $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_PORT "
@@ -640,7 +626,7 @@ TEST(MultiNodeTest, EnvironmentOnTheSecondNode) {
 }
 
 TEST(MultiNodeTest, MissingNodeIsANumberedTimeoutNamingIt) {
-  const int port = FreePortPair();
+  const int port = testing::FreePortPair();
   ASSERT_GT(port, 0);
   std::vector<std::string> args = NodeArgs(0, port, "true");
   args[args.size() - 2] = "1";  // --timeout 1
