@@ -27,15 +27,27 @@ function(choir_apply_defaults target)
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/src)
 endfunction()
 
-# choir_test(NAME SOURCES... [LIBS ...]): a GoogleTest binary registered with ctest.
+# choir_test(NAME SOURCES... [LIBS ...] [TIMEOUT s] [SHARDS n]): a GoogleTest
+# binary registered with ctest; with SHARDS, as n entries NAME_shardI that each
+# run every n-th test (GoogleTest's sharding), so that a long binary stays well
+# inside TIMEOUT under the sanitizers and its parts run side by side.
 function(choir_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;SHARDS" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   choir_apply_defaults(${name})
   target_link_libraries(${name} PRIVATE choir_internal GTest::gtest GTest::gtest_main GTest::gmock ${ARG_LIBS})
-  add_test(NAME ${name} COMMAND ${name})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
-  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "unit;${ARG_LABELS}")
+  if(NOT ARG_SHARDS OR ARG_SHARDS LESS 2)
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "unit;${ARG_LABELS}")
+    return()
+  endif()
+  math(EXPR last "${ARG_SHARDS} - 1")
+  foreach(i RANGE ${last})
+    add_test(NAME ${name}_shard${i} COMMAND ${name})
+    set_tests_properties(${name}_shard${i} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "unit;${ARG_LABELS}"
+                         ENVIRONMENT "GTEST_TOTAL_SHARDS=${ARG_SHARDS};GTEST_SHARD_INDEX=${i}")
+  endforeach()
 endfunction()
