@@ -9,7 +9,6 @@ with the ranks' output. Nothing is skipped: a missing build is an error.
 """
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -37,24 +36,9 @@ def check_build():
 
 
 def free_port():
-    """A port free a moment ago on 127.0.0.1, below the kernel's ephemeral range:
-    a port in that range can be taken before the program under test binds it,
-    as the source port of any connection another test opens."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            ephemeral_low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        ephemeral_low = 32768
-    high = max(10100, ephemeral_low - 1)
-    for _ in range(200):
-        port = random.randint(10000, high)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port on 127.0.0.1 in 10000..{high}")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @dataclass
