@@ -112,6 +112,13 @@ bool IsConnectedToItself(int fd) {
   return local.sin_port == peer.sin_port && local.sin_addr.s_addr == peer.sin_addr.s_addr;
 }
 
+void CloseAbortively(Fd& fd) {
+  if (!fd.valid()) return;
+  const linger reset{.l_onoff = 1, .l_linger = 0};
+  setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+  fd.Reset();
+}
+
 namespace {
 // "the connection to 10.0.0.2:5000", or, once the kernel has forgotten the
 // peer of a reset connection, the local end ("the connection from
@@ -148,8 +155,9 @@ Result<Fd> Connect(const std::string& host, int port, Deadline deadline) {
       }
     }
     if (rc == 0 && IsConnectedToItself(fd.get())) {
-      // Nobody listens there yet: as good as refused, and the port is freed
-      // for the server by closing.
+      // Nobody listens there yet: as good as refused. The port is freed for
+      // the server at once.
+      CloseAbortively(fd);
       rc = -1;
       errno = ECONNREFUSED;
     }

@@ -33,9 +33,14 @@ std::string LocalAddress(int fd);
 std::string PeerAddress(int fd);
 // True when a TCP socket is connected to itself: a connect to a port of this
 // host in the ephemeral range, while nothing listens there, can pick that very
-// port as its source and complete by simultaneous open. Connect retries then,
-// since the socket would hold the port the awaited server needs.
+// port as its source and complete by simultaneous open. Connect closes such a
+// socket with CloseAbortively and retries, since it holds the port the awaited
+// server needs.
 bool IsConnectedToItself(int fd);
+// Closes with a reset instead of the orderly close, so that the port is free
+// at once (an orderly close would keep it in TIME_WAIT for a minute, where a
+// listener cannot bind it).
+void CloseAbortively(Fd& fd);
 
 // Connects, retrying refused/unreachable attempts and connections to itself
 // until `deadline` (the peer may not be listening yet). ConnectTimeout or ConnectRefused name the address.

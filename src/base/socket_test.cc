@@ -26,6 +26,22 @@ TEST(SocketTest, SeesASocketConnectedToItself) {
   EXPECT_EQ(Listen("127.0.0.1", port).status().code(), Code::kAddressInUse);
 }
 
+// Connect's way out of a connection to itself frees the port at once, where
+// an orderly close would leave it in TIME_WAIT.
+TEST(SocketTest, AnAbortiveCloseOfASelfConnectionFreesThePort) {
+  int port = 0;
+  Fd fd = testing::RefusingPort(&port);
+  ASSERT_GT(port, 0);
+  auto addr = Resolve("127.0.0.1", port);
+  ASSERT_TRUE(addr.ok());
+  ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)), 0) << errno;
+  ASSERT_TRUE(IsConnectedToItself(fd.get()));
+  CloseAbortively(fd);
+  EXPECT_FALSE(fd.valid());
+  auto server = Listen("127.0.0.1", port);
+  EXPECT_TRUE(server.ok()) << server.status().ToString();
+}
+
 TEST(SocketTest, AConnectionToAListenerIsNotToItself) {
   auto listener = Listen("127.0.0.1", 0);
   ASSERT_TRUE(listener.ok());

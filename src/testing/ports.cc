@@ -4,10 +4,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <ctime>
 #include <fstream>
 #include <random>
 
@@ -32,12 +29,23 @@ Fd RefusingPort(int* port) {
 }
 
 int FreePortPair() {
-  int ephemeral_low = 32768;
+  // Below the ephemeral range when there is room there, else above it; where
+  // the range cannot be read, the ports at both ends of the usual one.
+  int ephemeral_low = 0, ephemeral_high = 0;
   std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
-  range >> ephemeral_low;
-  const int low = 10000;
-  const int high = std::max(low + 100, ephemeral_low - 2);
-  std::mt19937 rng(static_cast<unsigned>(getpid()) ^ static_cast<unsigned>(time(nullptr)));
+  const bool read = static_cast<bool>(range >> ephemeral_low >> ephemeral_high);
+  int low = 10000, high = 32766;
+  if (read && ephemeral_low > low + 100) {
+    high = ephemeral_low - 2;
+  } else if (read && ephemeral_high < 65000) {
+    low = ephemeral_high + 1;
+    high = 65533;
+  } else if (read) {
+    ADD_FAILURE() << "the ephemeral port range " << ephemeral_low << "-" << ephemeral_high
+                  << " leaves no room for ports a test can count on";
+    return 0;
+  }
+  std::mt19937 rng(std::random_device{}());
   for (int attempt = 0; attempt < 200; ++attempt) {
     const int port = std::uniform_int_distribution<int>(low, high)(rng);
     auto first = net::Listen("127.0.0.1", port);

@@ -5,7 +5,7 @@
 // at the same time (ctest runs several), and a connection then meets that
 // test's listener instead of a refusal. RefusingPort holds the port instead.
 // A port the program binds itself cannot be held; FreePortPair takes it from
-// below the kernel's ephemeral range, where no connection's source port lands.
+// outside the kernel's ephemeral range, where no connection's source port lands.
 //
 // Thread-safety: no shared state.
 #ifndef CHOIR_TESTING_PORTS_H_
@@ -21,7 +21,7 @@ namespace choir::testing {
 Fd RefusingPort(int* port);
 
 // A port Q such that Q and Q+1 are both free on 127.0.0.1 right now, picked
-// at random below the ephemeral range (0 with a gtest failure when none is).
+// at random outside the ephemeral range (0 with a gtest failure when none is).
 int FreePortPair();
 
 }  // namespace choir::testing

@@ -65,24 +65,31 @@ class Processes:
 
 
 def free_port():
-    """A port free a moment ago on 127.0.0.1, below the kernel's ephemeral range:
-    a port in that range can be taken before the program under test binds it,
-    as the source port of any connection another test opens."""
+    """A port free a moment ago on 127.0.0.1, outside the kernel's ephemeral
+    range: a port in that range can be taken before the program under test
+    binds it, as the source port of any connection another test opens."""
+    low, high = 10000, 32766
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            ephemeral_low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        ephemeral_low = 32768
-    high = max(10100, ephemeral_low - 1)
+            first, last = (int(w) for w in f.read().split()[:2])
+    except (OSError, ValueError):
+        first = last = None
+    if first is not None:
+        if first > low + 100:
+            high = first - 1
+        elif last < 65000:
+            low, high = last + 1, 65535
+        else:
+            raise RuntimeError(f"the ephemeral port range {first}-{last} leaves no room for test ports")
     for _ in range(200):
-        port = random.randint(10000, high)
+        port = random.randint(low, high)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free port on 127.0.0.1 in 10000..{high}")
+    raise RuntimeError(f"no free port on 127.0.0.1 in {low}..{high}")
 
 
 def http_get(url, timeout=5):
