@@ -43,7 +43,8 @@ bool IsConnectedToItself(int fd);
 void CloseAbortively(Fd& fd);
 
 // Connects, retrying refused/unreachable attempts and connections to itself
-// until `deadline` (the peer may not be listening yet). ConnectTimeout or ConnectRefused name the address.
+// until `deadline` (the peer may not be listening yet). ConnectTimeout or
+// ConnectRefused name the address.
 Result<Fd> Connect(const std::string& host, int port, Deadline deadline);
 // Accepts one connection; ConnectTimeout when the deadline passes first.
 Result<Fd> Accept(int listen_fd, Deadline deadline);

@@ -1,6 +1,5 @@
 #include "base/socket.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
@@ -13,13 +12,22 @@ namespace {
 // A socket bound to a port and connected to that same port completes by
 // simultaneous open: the case a connect can fall into by chance when its
 // target is an ephemeral port of this host that nobody listens on yet.
+// Sets *port; an invalid Fd (with a gtest failure) when that did not happen.
+Fd ConnectedToItself(int* port) {
+  Fd fd = testing::RefusingPort(port);  // bound, not listening
+  auto addr = Resolve("127.0.0.1", *port);
+  if (!fd.valid() || !addr.ok()) return Fd();
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)) != 0) {
+    ADD_FAILURE() << "connect to its own port 127.0.0.1:" << *port << ": errno " << errno;
+    return Fd();
+  }
+  return fd;
+}
+
 TEST(SocketTest, SeesASocketConnectedToItself) {
   int port = 0;
-  const Fd fd = testing::RefusingPort(&port);  // bound, not listening
-  ASSERT_GT(port, 0);
-  auto addr = Resolve("127.0.0.1", port);
-  ASSERT_TRUE(addr.ok());
-  ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)), 0) << errno;
+  const Fd fd = ConnectedToItself(&port);
+  ASSERT_TRUE(fd.valid());
   EXPECT_EQ(PeerAddress(fd.get()), LocalAddress(fd.get()));
   EXPECT_TRUE(IsConnectedToItself(fd.get()));
   // The port stays taken while the socket lives: a server could not start there.
@@ -30,12 +38,8 @@ TEST(SocketTest, SeesASocketConnectedToItself) {
 // an orderly close would leave it in TIME_WAIT.
 TEST(SocketTest, AnAbortiveCloseOfASelfConnectionFreesThePort) {
   int port = 0;
-  Fd fd = testing::RefusingPort(&port);
-  ASSERT_GT(port, 0);
-  auto addr = Resolve("127.0.0.1", port);
-  ASSERT_TRUE(addr.ok());
-  ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)), 0) << errno;
-  ASSERT_TRUE(IsConnectedToItself(fd.get()));
+  Fd fd = ConnectedToItself(&port);
+  ASSERT_TRUE(fd.valid());
   CloseAbortively(fd);
   EXPECT_FALSE(fd.valid());
   auto server = Listen("127.0.0.1", port);

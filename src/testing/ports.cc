@@ -30,7 +30,7 @@ Fd RefusingPort(int* port) {
 
 int FreePortPair() {
   // Below the ephemeral range when there is room there, else above it; where
-  // the range cannot be read, the ports at both ends of the usual one.
+  // the range cannot be read, below the usual one (32768-60999).
   int ephemeral_low = 0, ephemeral_high = 0;
   std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
   const bool read = static_cast<bool>(range >> ephemeral_low >> ephemeral_high);
