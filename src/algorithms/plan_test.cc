@@ -303,14 +303,16 @@ TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAlltoallAndReduce) {
   EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 128 * kKiB), "shm_pipe");
 }
 
-// cma's allgather pushes blocks under 4 MiB on every table, but from 1 MiB
-// on Zen 4 with a core per rank, where its peers read them.
+// cma's allgather pushes blocks under 4 MiB on the Intel table and
+// wherever ranks share cores; with a core per rank its peers read them from
+// 1 MiB on Zen 4 and from 512 KiB on other AMD CPUs.
 TEST(SwitchPointsTest, CmaPushesAllgatherBlocksUpToTheTablesLimit) {
   using algorithms::SwitchTable;
   for (const bool shared : {false, true}) {
     EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kIntel, shared), 4 * kMiB);
-    EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmd, shared), 4 * kMiB);
   }
+  EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmd, false), 512 * kKiB);
+  EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmd, true), 4 * kMiB);
   EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen4, false), 1 * kMiB);
   EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen4, true), 4 * kMiB);
 }

@@ -197,16 +197,21 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
 }
 
 uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus) {
-  // Zen 4, a core per rank: `choir perf -n 2 --op allgather --algo cma`, 7-11
-  // interleaved launches per pass, the reader pulling against the owner
-  // pushing, median busbw: with 1 MiB blocks (2 MiB of buffer) pulling was
-  // 1.03x-1.09x faster in all four passes, with 2 MiB blocks 1.08x-1.23x
-  // in three; with 128-512 KiB blocks either won by up to 1.24x from one
-  // pass to the next (docs/performance.md). Elsewhere the owner pushing
-  // measured faster (a gather's blocks 1.2x-2.2x from 256 KiB on the Intel
-  // host: docs/performance.md, "Mid-size calls and 4-rank scaling");
-  // shared cores were not measured here.
-  if (table == SwitchTable::kAmdZen4 && !shares_cpus) return 1 * kMiB;
+  // `choir perf -n 2 --op allgather --algo cma`, interleaved launches, the
+  // reader pulling against the owner pushing, median busbw. Zen 4, a core
+  // per rank (7-11 launches per pass): with 1 MiB blocks (2 MiB of buffer)
+  // pulling was 1.03x-1.09x faster in all four passes, with 2 MiB blocks
+  // 1.08x-1.23x in three; with 128-512 KiB blocks either won by up to 1.24x
+  // from one pass to the next. Zen 3, a core per rank (5-12 launches per
+  // pass): with 512 KiB-2 MiB blocks pulling was 1.03x-1.23x faster in all
+  // four passes, with 128-256 KiB blocks level (0.95x-1.0x, one pass)
+  // (docs/algorithms.md). Elsewhere the owner pushing measured faster (a
+  // gather's blocks 1.2x-2.2x from 256 KiB on the Intel host:
+  // docs/performance.md, "Mid-size calls and 4-rank scaling"); shared cores
+  // were not measured.
+  if (shares_cpus) return 4 * kMiB;
+  if (table == SwitchTable::kAmdZen4) return 1 * kMiB;
+  if (table == SwitchTable::kAmd) return 512 * kKiB;
   return 4 * kMiB;
 }
 

@@ -401,15 +401,16 @@ TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
 }
 
 // cma's allgather with one block below and one above the size from which
-// the peers read a block instead of its owner writing it into them (1 MiB
-// on the Zen 4 table with a core per rank, 4 MiB elsewhere): both kinds in
-// one call, exact values, in place and not, under both AMD tables.
+// the peers read a block instead of its owner writing it into them (with a
+// core per rank 512 KiB on the amd table, 1 MiB on the Zen 4 one; 4 MiB
+// elsewhere): both kinds in one call, exact values, in place and not, under
+// both AMD tables.
 TEST(CommLargeTest, CmaAllgatherMixesPushedAndPulledBlocks) {
   for (const std::string tuning : {"amd", "amd-zen4"}) {
     params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);
     auto results = RunRanks(2, [](Communicator& comm) -> Status {
-      // Floats: blocks just below and above 1 MiB, then 4 MiB.
-      for (const size_t unit : {size_t{1} << 18, size_t{1} << 20}) {
+      // Floats: blocks just below and above 512 KiB, 1 MiB, then 4 MiB.
+      for (const size_t unit : {size_t{1} << 17, size_t{1} << 18, size_t{1} << 20}) {
         const size_t c[] = {unit - 100, unit + 200};
         const size_t total = c[0] + c[1], offset = comm.rank() == 0 ? 0 : c[0];
         const size_t mine = c[comm.rank()];
