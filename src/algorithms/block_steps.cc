@@ -116,11 +116,12 @@ Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Bloc
   // Copies into SharedBuffers stream from a smaller size than CopyIfDistinct's.
   const bool shared = op.AllShared();
   const bool streaming = shared && total * es >= kSharedGatherStreamingBytes;
-  // A block under the table's CmaPushMaxBytes (4 MiB; with a core per rank
-  // 1 MiB on Zen 4 and 512 KiB on other AMD CPUs) is pushed by its owner
-  // (process_vm_writev from its cache, measured faster than the reader
-  // pulling it but on AMD from those sizes: switch_points.cc); a larger one is pulled by each reader
-  // (CopyFromPeer, with streaming stores when huge). Into SharedBuffers the
+  // A block under the table's CmaPushMaxBytes (4 MiB; with a core per
+  // rank 1 MiB on the Zen 4 table, 512 KiB on the amd one) is pushed by its
+  // owner (process_vm_writev from its cache, measured faster than the
+  // reader pulling it but on AMD from those sizes: switch_points.cc); a
+  // larger one is pulled by each reader (CopyFromPeer, with streaming
+  // stores when huge). Into SharedBuffers the
   // owner pushes every block, with streaming stores. Every rank derives the
   // same choice from the block sizes, the table and AllShared().
   const GroupView view = c.View();

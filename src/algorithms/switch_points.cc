@@ -202,10 +202,11 @@ uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus) {
   // per rank (7-11 launches per pass): with 1 MiB blocks (2 MiB of buffer)
   // pulling was 1.03x-1.09x faster in all four passes, with 2 MiB blocks
   // 1.08x-1.23x in three; with 128-512 KiB blocks either won by up to 1.24x
-  // from one pass to the next. Zen 3, a core per rank (5-12 launches per
-  // pass): with 512 KiB-2 MiB blocks pulling was 1.03x-1.23x faster in all
-  // four passes, with 128-256 KiB blocks level (0.95x-1.0x, one pass)
-  // (docs/algorithms.md). Elsewhere the owner pushing measured faster (a
+  // from one pass to the next. Zen 3 (the amd table), a core per rank (5-12
+  // launches per pass): with 512 KiB and 2 MiB blocks pulling was
+  // 1.05x-1.23x faster in all four passes, with 1 MiB blocks 1.03x and 1.10x
+  // in the two that had them, with 128-256 KiB blocks level (0.95x-1.0x,
+  // one pass) (docs/algorithms.md). Only 2 ranks were measured. Elsewhere the owner pushing measured faster (a
   // gather's blocks 1.2x-2.2x from 256 KiB on the Intel host:
   // docs/performance.md, "Mid-size calls and 4-rank scaling"); shared cores
   // were not measured.
