@@ -121,9 +121,9 @@ Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Bloc
   // owner (process_vm_writev from its cache, measured faster than the
   // reader pulling it but on AMD from those sizes: switch_points.cc); a
   // larger one is pulled by each reader (CopyFromPeer, with streaming
-  // stores when huge). Into SharedBuffers the
-  // owner pushes every block, with streaming stores. Every rank derives the
-  // same choice from the block sizes, the table and AllShared().
+  // stores when huge). Into SharedBuffers the owner pushes every block,
+  // with streaming stores. Every rank derives the same choice from the
+  // block sizes, the table and AllShared().
   const GroupView view = c.View();
   const uint64_t push_max = CmaPushMaxBytes(view.switch_table, view.shares_cpus);
   auto pushed = [&](int p) {

@@ -305,7 +305,7 @@ TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAlltoallAndReduce) {
 
 // cma's allgather pushes blocks under 4 MiB on the Intel table and
 // wherever ranks share cores; with a core per rank its peers read them from
-// 1 MiB on Zen 4 and from 512 KiB on other AMD CPUs.
+// 1 MiB on the Zen 4 table and from 512 KiB on the amd one.
 TEST(SwitchPointsTest, CmaPushesAllgatherBlocksUpToTheTablesLimit) {
   using algorithms::SwitchTable;
   for (const bool shared : {false, true}) {
