@@ -40,8 +40,25 @@ enum class ReduceOp : uint8_t {
 };
 inline constexpr int kNumReduceOps = 8;
 
-// Bytes per element; 0 for a value outside the enum.
-size_t DataTypeSize(DataType type);
+// Bytes per element; 0 for a value outside the enum. Inline: every call
+// asks it several times on its way (the small-message path counts them).
+constexpr size_t DataTypeSize(DataType type) {
+  switch (type) {
+    case DataType::kInt8:
+    case DataType::kUint8:
+      return 1;
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kFloat64:
+      return 8;
+  }
+  return 0;
+}
 bool IsFloatingPoint(DataType type);
 // "float32", "bfloat16", ...; "invalid" for values outside the enum.
 const char* DataTypeName(DataType type);

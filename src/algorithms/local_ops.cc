@@ -124,11 +124,14 @@ Status AreaOp::WaitFor(int p, uint64_t reads) {
   // A peer that published this id in the other ring runs another collective:
   // stop waiting (it would never publish here) and report the mismatch.
   bool elsewhere = false;
-  CHOIR_RETURN_IF_ERROR(Wait([&](int q) {
-    if (q != p || h->id.load(std::memory_order_acquire) == id_) return false;
-    elsewhere = InOtherRing(q);
-    return !elsewhere;
-  }, "to arrive (same-host slot)", /*marks_data=*/true));
+  // Already there (a peer that runs ahead): no wait to set up.
+  if (h->id.load(std::memory_order_acquire) != id_) {
+    CHOIR_RETURN_IF_ERROR(Wait([&](int q) {
+      if (q != p || h->id.load(std::memory_order_acquire) == id_) return false;
+      elsewhere = InOtherRing(q);
+      return !elsewhere;
+    }, "to arrive (same-host slot)", /*marks_data=*/true));
+  }
   if (elsewhere) return OtherRingMismatch(p);
   CHOIR_RETURN_IF_ERROR(CheckSignature(p, h));
   ctx_->CountSharedRead(p, std::min<uint64_t>(reads, h->bytes));
@@ -136,16 +139,25 @@ Status AreaOp::WaitFor(int p, uint64_t reads) {
   return Status::Ok();
 }
 
+bool AreaOp::AllPublished() const {
+  for (int p = 0; p < size(); ++p) {
+    if (p != me() && header(p)->id.load(std::memory_order_acquire) != id_) return false;
+  }
+  return true;
+}
+
 Status AreaOp::WaitAll(uint64_t reads) {
   int elsewhere = -1;
-  CHOIR_RETURN_IF_ERROR(Wait([&](int p) {
-    if (elsewhere >= 0 || header(p)->id.load(std::memory_order_acquire) == id_) return false;
-    if (InOtherRing(p)) {
-      elsewhere = p;
-      return false;
-    }
-    return true;
-  }, "to arrive (same-host slots)", /*marks_data=*/true));
+  if (!AllPublished()) {
+    CHOIR_RETURN_IF_ERROR(Wait([&](int p) {
+      if (elsewhere >= 0 || header(p)->id.load(std::memory_order_acquire) == id_) return false;
+      if (InOtherRing(p)) {
+        elsewhere = p;
+        return false;
+      }
+      return true;
+    }, "to arrive (same-host slots)", /*marks_data=*/true));
+  }
   if (elsewhere >= 0) return OtherRingMismatch(elsewhere);
   group_->read_by_all = std::max(group_->read_by_all, id_ - 1);  // see Acquire
   read_from_ = kReadAll;

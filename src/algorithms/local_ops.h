@@ -130,6 +130,9 @@ class AreaOp {
     return other_ring_header(local_index)->id.load(std::memory_order_acquire) == id_;
   }
   Status OtherRingMismatch(int local_index) const;
+  // True when every peer has published this id here: a peer that runs ahead
+  // has, and then the wait is not set up at all (the small-call path).
+  bool AllPublished() const;
 
   Context* ctx_;
   transport::LocalGroup* group_;

@@ -30,10 +30,11 @@ class AllSlots {
     for (size_t p = 0; p < n; ++p) out[p] = op.data(static_cast<int>(p)) + offset;
   }
   const void* const* data() const { return heap_.empty() ? inline_.data() : heap_.data(); }
+  void Set(size_t p, const void* src) { (heap_.empty() ? inline_.data() : heap_.data())[p] = src; }
 
  private:
   static constexpr size_t kInline = 16;
-  std::array<const void*, kInline> inline_{};
+  std::array<const void*, kInline> inline_;  // the first n set, the rest never read
   std::vector<const void*> heap_;
 };
 
@@ -46,6 +47,14 @@ void Copy(void* dst, const void* src, size_t bytes) {
   } else {
     kernels::CopyBytes(dst, src, bytes, /*nontemporal=*/false);
   }
+}
+
+// Blocks [0, skip) and (skip, n) of `block` bytes each from src to dst at the
+// same offsets: a rank's slot gets every block but its own, which no peer
+// reads (the rank takes that block straight from its input).
+void CopyAllBut(uint8_t* dst, const uint8_t* src, size_t block, size_t n, size_t skip) {
+  Copy(dst, src, skip * block);
+  Copy(dst + (skip + 1) * block, src + (skip + 1) * block, (n - skip - 1) * block);
 }
 
 // Where each rank's block lies in an allgather's output: computed on the fly
@@ -122,11 +131,23 @@ Status ReduceFlat(Context& c, const OpArgs& a) { return ReduceSlots(c, a, c.rank
 Status ReduceScatterFlat(Context& c, const OpArgs& a) {
   AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t block = a.count * c.elem_size();
+  const size_t n = static_cast<size_t>(op.size());
+  const size_t me = static_cast<size_t>(c.rank());
+  const auto* send = static_cast<const uint8_t*>(a.send);
+  // In place (recv is this rank's block of send) the block goes through the
+  // slot too: the output must not be one of the inputs it is combined from.
+  const bool in_place = a.recv == send + me * block;
   CHOIR_RETURN_IF_ERROR(op.Acquire());
-  Copy(op.my_data(), a.send, block * static_cast<size_t>(op.size()));
-  op.Publish(block * static_cast<size_t>(op.size()));
+  if (in_place) {
+    Copy(op.my_data(), send, block * n);
+  } else {
+    CopyAllBut(op.my_data(), send, block, n, me);
+  }
+  op.Publish(block * n);
   CHOIR_RETURN_IF_ERROR(op.WaitAll(/*reads=*/block));
-  const auto srcs = AllSlots(op, static_cast<size_t>(c.rank()) * block);
+  // Otherwise this rank's share of its own block comes from its input.
+  AllSlots srcs(op, me * block);
+  if (!in_place) srcs.Set(me, send + me * block);
   if (a.count > 0) kernels::ReduceMany(a.recv, srcs.data(), op.size(), a.count, c.dtype(), c.op());
   FinishAverage(c, a.recv, a.count);
   op.FinishReads();
@@ -174,13 +195,16 @@ Status AllgatherFlat(Context& c, const OpArgs& a) {
 Status GatherFlat(Context& c, const OpArgs& a) {
   AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t block = a.count * c.elem_size();
+  const bool root = c.rank() == a.root;
   CHOIR_RETURN_IF_ERROR(op.Acquire());
-  Copy(op.my_data(), a.send, block);
-  op.Publish(block);
-  if (c.rank() == a.root) {
+  if (!root) Copy(op.my_data(), a.send, block);  // nobody reads the root's slot
+  op.Publish(root ? 0 : block);
+  if (root) {
     CHOIR_RETURN_IF_ERROR(op.WaitAll());
     auto* out = static_cast<uint8_t*>(a.recv);
-    for (int p = 0; p < op.size(); ++p) Copy(out + static_cast<size_t>(p) * block, op.data(p), block);
+    for (int p = 0; p < op.size(); ++p) {
+      Copy(out + static_cast<size_t>(p) * block, p == a.root ? a.send : op.data(p), block);
+    }
   }
   op.FinishReads();
   return Status::Ok();
@@ -191,7 +215,10 @@ Status ScatterFlat(Context& c, const OpArgs& a) {
   const size_t block = a.count * c.elem_size();
   const bool root = c.rank() == a.root;
   CHOIR_RETURN_IF_ERROR(op.Acquire());
-  if (root) Copy(op.my_data(), a.send, block * static_cast<size_t>(op.size()));
+  if (root) {
+    CopyAllBut(op.my_data(), static_cast<const uint8_t*>(a.send), block, static_cast<size_t>(op.size()),
+               static_cast<size_t>(a.root));
+  }
   op.Publish(root ? block * static_cast<size_t>(op.size()) : 0);
   if (root) {
     Copy(a.recv, static_cast<const uint8_t*>(a.send) + static_cast<size_t>(a.root) * block, block);
@@ -211,12 +238,16 @@ Status AlltoallFlat(Context& c, const OpArgs& a) {
   const size_t block = a.count * c.elem_size();
   const size_t n = static_cast<size_t>(op.size());
   const size_t mine = static_cast<size_t>(c.rank()) * block;
+  const auto* send = static_cast<const uint8_t*>(a.send);
   CHOIR_RETURN_IF_ERROR(op.Acquire());
-  Copy(op.my_data(), a.send, n * block);
+  CopyAllBut(op.my_data(), send, block, n, static_cast<size_t>(c.rank()));
   op.Publish(n * block);
-  CHOIR_RETURN_IF_ERROR(op.WaitAll(/*reads=*/block));
   auto* out = static_cast<uint8_t*>(a.recv);
-  for (size_t p = 0; p < n; ++p) Copy(out + p * block, op.data(static_cast<int>(p)) + mine, block);
+  Copy(out + mine, send + mine, block);  // while the peers publish
+  CHOIR_RETURN_IF_ERROR(op.WaitAll(/*reads=*/block));
+  for (size_t p = 0; p < n; ++p) {
+    if (p != static_cast<size_t>(c.rank())) Copy(out + p * block, op.data(static_cast<int>(p)) + mine, block);
+  }
   op.FinishReads();
   return Status::Ok();
 }

@@ -6,24 +6,6 @@
 
 namespace choir {
 
-size_t DataTypeSize(DataType type) {
-  switch (type) {
-    case DataType::kInt8:
-    case DataType::kUint8:
-      return 1;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  return 0;
-}
-
 bool IsFloatingPoint(DataType type) {
   return type == DataType::kFloat16 || type == DataType::kBFloat16 ||
          type == DataType::kFloat32 || type == DataType::kFloat64;

@@ -80,7 +80,7 @@ void CommImpl::Fail(const Status& status, bool broadcast) {
 }
 
 Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
-  auto state = std::make_shared<Work::State>();
+  auto state = NewWorkState();
   state->owner = engine_.get();
   if (ForkedCopy()) [[unlikely]] {
     state->Complete(ForkedCopyError(algorithms::CollKindName(args.kind)), CompletionInfo{});
@@ -169,9 +169,7 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
     }
     if (s.ok()) {
       info.sequence = ++seq_;
-      s = RunCollective(args, options, info.sequence, start, deadline, &info.route, &algo_index,
-                        &first_data_ns);
-      if (algo_index >= 0) info.algorithm = algorithms::AllAlgorithms()[static_cast<size_t>(algo_index)].name;
+      s = RunCollective(args, options, info.sequence, start, deadline, &info, &algo_index, &first_data_ns);
     }
     // Relay even a peer's failure: the rank that failed first may not have
     // reached everyone (it may have died). Our own Abort() already told them.
@@ -185,7 +183,7 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
 }
 
 Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
-                               Deadline deadline, uint8_t* route, int* algo_index, int64_t* first_data_ns) {
+                               Deadline deadline, CompletionInfo* info, int* algo_index, int64_t* first_data_ns) {
   const Signature sig = Signature::Of(args);
   OpObserver observer(this, sig, seq);
   transport::RunHooks hooks;
@@ -193,7 +191,7 @@ Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_
   hooks.observer = &observer;
   hooks.stall_seconds = config_.stall_seconds;
   hooks.first_data_ns = first_data_ns;
-  hooks.route = route;
+  hooks.route = &info->route;
   Status s;
   if (config_.mismatch == MismatchCheck::kFull && size_ > 1) s = CheckSignatures(sig, seq, deadline);
   if (s.ok()) {
@@ -206,13 +204,14 @@ Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_
     auto algo = Select(ctx, args, options);
     if (!algo.ok()) return algo.status().WithContext(Describe(sig, seq));
     *algo_index = static_cast<int>(*algo - algorithms::AllAlgorithms().data());
+    info->algorithm = (*algo)->name;
     s = (*algo)->fn(ctx, args);
   }
   if (s.ok()) return s;
   s = endpoint_->Explain(s);  // a lost peer is often explained by another rank's abort report
   const double elapsed = static_cast<double>(NowNanos() - start) * 1e-9;
   std::string context = Describe(sig, seq);
-  if (*algo_index >= 0) context += std::string(" [") + algorithms::AllAlgorithms()[static_cast<size_t>(*algo_index)].name + "]";
+  if (info->algorithm != nullptr) context += std::string(" [") + info->algorithm + "]";
   if (s.code() == Code::kCollectiveTimeout && !transport::IsRemoteFailure(s)) {
     return Status(s.code(), context + fmt::format(" did not complete within {:.1f} s: ", elapsed) +
                                 s.message() + ". " + ProgressReport(seq));

@@ -30,6 +30,7 @@
 #include "choir/topology.h"
 #include "comm/engine.h"
 #include "comm/join_reports.h"
+#include "comm/work_state.h"
 #include "diag/metrics.h"
 #include "transport/connect.h"
 #include "transport/endpoint.h"
@@ -102,9 +103,9 @@ class CommImpl {
   // Runs one operation to completion on the current thread.
   void Execute(algorithms::OpArgs& args, const CallOptions& options, const std::shared_ptr<Work::State>& state);
   // `start`: when Execute began (CoarseNowNanos, never ahead of NowNanos),
-  // for the elapsed time in errors.
+  // for the elapsed time in errors. Sets info->route and info->algorithm.
   Status RunCollective(algorithms::OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
-                       Deadline deadline, uint8_t* route, int* algo_index, int64_t* first_data_ns);
+                       Deadline deadline, CompletionInfo* info, int* algo_index, int64_t* first_data_ns);
   // SelectAlgorithm, remembering the last choice for equal calls.
   Result<const algorithms::Algorithm*> Select(const algorithms::Context& ctx, const algorithms::OpArgs& args,
                                               const CallOptions& options);

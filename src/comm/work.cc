@@ -34,6 +34,73 @@ void Work::State::Complete(Status s, const CompletionInfo& i) {
 
 namespace {
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kRecycleStates = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kRecycleStates = false;
+#else
+constexpr bool kRecycleStates = true;
+#endif
+#else
+constexpr bool kRecycleStates = true;
+#endif
+
+// The blocks this thread keeps for new states: all of one size (the first
+// block given back sets it), at most kKept. Trivially destructible, so that
+// a state freed while the thread exits, after `t_block_reaper` ran, still
+// finds it (closed: blocks go straight back to the heap).
+struct BlockStore {
+  static constexpr int kKept = 8;
+  void* blocks[kKept];
+  int count;
+  size_t bytes;
+  bool closed;
+};
+thread_local BlockStore t_blocks{};
+
+// Frees the kept blocks when the thread ends.
+struct BlockReaper {
+  ~BlockReaper() {
+    t_blocks.closed = true;
+    while (t_blocks.count > 0) ::operator delete(t_blocks.blocks[--t_blocks.count]);
+  }
+};
+thread_local BlockReaper t_block_reaper;
+
+void* TakeBlock(size_t bytes) {
+  BlockStore& s = t_blocks;
+  if (s.count > 0 && s.bytes == bytes) return s.blocks[--s.count];
+  return ::operator new(bytes);
+}
+
+void GiveBlock(void* block, size_t bytes) {
+  BlockStore& s = t_blocks;
+  if (!s.closed && s.count < BlockStore::kKept && (s.count == 0 || s.bytes == bytes)) {
+    if (s.count == 0) {
+      s.bytes = bytes;
+      (void)&t_block_reaper;  // constructed, so that its destructor frees the blocks
+    }
+    s.blocks[s.count++] = block;
+    return;
+  }
+  ::operator delete(block);
+}
+
+// What std::allocate_shared uses for the state and its reference counts
+// (one block).
+template <class T>
+struct RecyclingAllocator {
+  using value_type = T;
+  RecyclingAllocator() = default;
+  template <class U>
+  RecyclingAllocator(const RecyclingAllocator<U>&) {}  // NOLINT: rebinding
+  T* allocate(size_t n) { return static_cast<T*>(TakeBlock(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) { GiveBlock(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const RecyclingAllocator<U>&) const { return true; }
+};
+
 // The operation whose callbacks this thread is running (null: none). A
 // Wait() there for it returns its result (already set); one for another
 // operation of its engine would wait for work only this thread can do.
@@ -53,6 +120,11 @@ Status WaitInCallback() {
 }
 
 }  // namespace
+
+std::shared_ptr<Work::State> NewWorkState() {
+  if constexpr (kRecycleStates) return std::allocate_shared<Work::State>(RecyclingAllocator<Work::State>());
+  return std::make_shared<Work::State>();
+}
 
 void Work::State::RunCallbacks() {
   std::unique_lock<std::mutex> lock(mu);

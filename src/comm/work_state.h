@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -72,6 +73,15 @@ struct Work::State {
   // once when it is not positive); true if done.
   bool Block(std::chrono::nanoseconds timeout, bool forever);
 };
+
+// A new state for one operation. Its memory comes from a small per-thread
+// store of blocks that earlier states on this thread gave back, so a loop of
+// small collectives does not go through malloc and free every call (about
+// 150 of the small-message path's instructions: docs/performance.md,
+// "The small-call path, counted"). A state freed on another thread goes to
+// that thread's store. Sanitizer builds allocate every state afresh, so that
+// a use after free is still caught.
+std::shared_ptr<Work::State> NewWorkState();
 
 }  // namespace choir
 

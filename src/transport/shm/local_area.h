@@ -96,11 +96,11 @@ class AreaView {
  public:
   AreaView() = default;
   AreaView(uint8_t* base, size_t slot_bytes, size_t pipe_bytes)
-      : base_(base), slot_bytes_(slot_bytes), pipe_bytes_(pipe_bytes) {}
+      : base_(base), slot_bytes_(slot_bytes), pipe_bytes_(pipe_bytes), slot_stride_(transport::SlotStride(slot_bytes)) {}
 
   AreaCtl* ctl() const { return reinterpret_cast<AreaCtl*>(base_); }
   SlotHeader* slot(int b) const {
-    return reinterpret_cast<SlotHeader*>(base_ + kAreaCtlBytes + static_cast<size_t>(b) * SlotStride());
+    return reinterpret_cast<SlotHeader*>(base_ + kAreaCtlBytes + static_cast<size_t>(b) * slot_stride_);
   }
   uint8_t* data(int b) const { return reinterpret_cast<uint8_t*>(slot(b)) + sizeof(SlotHeader); }
   SlotHeader* small_slot(int b) const {
@@ -117,11 +117,11 @@ class AreaView {
   bool valid() const { return base_ != nullptr; }
 
  private:
-  size_t SlotStride() const { return transport::SlotStride(slot_bytes_); }
-  uint8_t* small_ring() const { return base_ + kAreaCtlBytes + kAreaSlots * SlotStride(); }
+  uint8_t* small_ring() const { return base_ + kAreaCtlBytes + kAreaSlots * slot_stride_; }
   uint8_t* base_ = nullptr;
   size_t slot_bytes_ = 0;
   size_t pipe_bytes_ = 0;
+  size_t slot_stride_ = 0;  // SlotStride(slot_bytes_), worked out once (every call finds its slots)
 };
 
 }  // namespace choir::transport
