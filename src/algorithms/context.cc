@@ -34,7 +34,6 @@ Context::Context(transport::Endpoint& endpoint, const transport::RunHooks& hooks
       dtype_(args.dtype),
       op_(args.op),
       elem_size_(DataTypeSize(args.dtype)),
-      reduce_(args.reduces() ? kernels::GetReduceFn(args.dtype, args.op) : nullptr),
       scratch_(&scratch),
       rank_(endpoint.rank()) {}
 
@@ -65,7 +64,6 @@ GroupView Context::View() const {
 Context Context::WithOp(ReduceOp op) const {
   Context c = *this;
   c.op_ = op;
-  c.reduce_ = kernels::GetReduceFn(dtype_, op == ReduceOp::kAvg ? ReduceOp::kSum : op);
   return c;
 }
 
@@ -96,7 +94,7 @@ transport::Xfer Context::Recv(int from, void* data, size_t bytes) {
 }
 
 transport::Xfer Context::RecvReduce(int from, void* dst, size_t bytes, const void* operand) {
-  return transport::Xfer::RecvReduce(CommRank(from), Header(bytes), dst, reduce_, elem_size_, operand);
+  return transport::Xfer::RecvReduce(CommRank(from), Header(bytes), dst, reduce(), elem_size_, operand);
 }
 
 Status Context::Mismatch(uint64_t their_word, uint64_t their_count, int comm_rank) const {

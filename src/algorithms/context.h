@@ -87,7 +87,8 @@ class Context {
   DataType dtype() const { return dtype_; }
   ReduceOp op() const { return op_; }
   size_t elem_size() const { return elem_size_; }
-  kernels::ReduceFn reduce() const { return reduce_; }
+  // Looked up when asked: the slot algorithms combine through ReduceMany and never ask.
+  kernels::ReduceFn reduce() const { return kernels::GetReduceFn(dtype_, op_); }
 
   transport::Xfer Send(int to, const void* data, size_t bytes);
   transport::Xfer Recv(int from, void* data, size_t bytes);
@@ -137,7 +138,6 @@ class Context {
   DataType dtype_;
   ReduceOp op_;
   size_t elem_size_;
-  kernels::ReduceFn reduce_;
   Scratch* scratch_;
   const Layout* layout_ = nullptr;
   LinkCost intra_host_{1e-6, 10e9};

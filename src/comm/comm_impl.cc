@@ -79,7 +79,7 @@ void CommImpl::Fail(const Status& status, bool broadcast) {
   if (broadcast) endpoint_->BroadcastAbort(status);
 }
 
-Work CommImpl::Submit(OpArgs args, const CallOptions& options) {
+Work CommImpl::Submit(OpArgs&& args, const CallOptions& options) {
   auto state = NewWorkState();
   state->owner = engine_.get();
   if (ForkedCopy()) [[unlikely]] {

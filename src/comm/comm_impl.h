@@ -81,7 +81,7 @@ class CommImpl {
   Status sticky() const;
 
   // Validates `args` and runs or queues the operation.
-  Work Submit(algorithms::OpArgs args, const CallOptions& options);
+  Work Submit(algorithms::OpArgs&& args, const CallOptions& options);
   void Abort(const std::string& reason);
   Result<std::unique_ptr<CommImpl>> Split(int color, int key, const CommOptions& options);
   // What Create would say about `options` (and the settings) before any

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -87,7 +88,8 @@ Status CommImpl::Validate(const OpArgs& a) const {
   // Element counts that overflow a byte count, or describe more memory than
   // any address space holds.
   const std::optional<size_t> recv_v = CheckedSum(a.recv_counts), send_v = CheckedSum(a.send_counts);
-  const size_t limit = kMaxBufferBytes / es / static_cast<size_t>(size_);
+  // Element sizes are powers of two: a shift, not a second division.
+  const size_t limit = (kMaxBufferBytes / static_cast<size_t>(size_)) >> std::countr_zero(es);
   if (a.count > limit || !recv_v || !send_v || *recv_v > limit || *send_v > limit) {
     return InvalidArgument(fmt::format("the counts describe more {} elements than any address space holds "
                                        "(all ranks' blocks together must stay under {}); check the counts",

@@ -113,6 +113,12 @@ void ReduceMany(void* dst, const void* const* srcs, int k, size_t count, DataTyp
     if (dst != srcs[0]) CopyBytes(dst, srcs[0], count * DataTypeSize(dtype), nontemporal);
     return;
   }
+  if (k == 2 && !nontemporal) {
+    // The two-input loop has its input count fixed at compile time: for a
+    // tiny payload that is most of the call (the 2-rank small-message path).
+    Active().reduce[static_cast<int>(dtype)][static_cast<int>(op)](dst, srcs[0], srcs[1], count);
+    return;
+  }
   fn(dst, srcs, k, count, nontemporal);
 }
 
