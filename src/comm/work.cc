@@ -126,6 +126,8 @@ std::shared_ptr<Work::State> NewWorkState() {
   return std::make_shared<Work::State>();
 }
 
+bool RecyclesWorkStates() { return kRecycleStates; }
+
 void Work::State::RunCallbacks() {
   std::unique_lock<std::mutex> lock(mu);
   while (!callbacks.empty()) {

@@ -82,6 +82,8 @@ struct Work::State {
 // that thread's store. Sanitizer builds allocate every state afresh, so that
 // a use after free is still caught.
 std::shared_ptr<Work::State> NewWorkState();
+// Whether NewWorkState recycles blocks in this build (false under sanitizers).
+bool RecyclesWorkStates();
 
 }  // namespace choir
 

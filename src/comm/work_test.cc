@@ -5,6 +5,7 @@
 #include <memory>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "comm/work_state.h"
 
@@ -17,6 +18,40 @@ CompletionInfo SomeInfo() {
   i.sequence = 7;
   i.seconds = 0.25;
   return i;
+}
+
+// States from NewWorkState: distinct while alive (more of them than a
+// thread keeps), freed on another thread and on a thread that then exits,
+// each completing with its own result; a block given back is the next one
+// taken on that thread where the build recycles them.
+TEST(WorkStateTest, RecycledStatesAreIndependentAcrossThreads) {
+  std::vector<std::shared_ptr<Work::State>> states;
+  for (int i = 0; i < 20; ++i) states.push_back(NewWorkState());
+  for (size_t i = 0; i < states.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) ASSERT_NE(states[i].get(), states[j].get());
+  }
+  std::thread([moved = std::move(states)]() mutable { moved.clear(); }).join();
+  std::thread([] {
+    for (int i = 0; i < 12; ++i) {
+      auto s = NewWorkState();
+      s->Complete(Status::Ok(), SomeInfo());
+    }
+  }).join();  // exits with blocks kept: they go back to the heap
+  for (int round = 0; round < 3; ++round) {
+    auto a = NewWorkState();
+    auto b = NewWorkState();
+    a->Complete(Status(Code::kPeerLost, "a"), SomeInfo());
+    b->Complete(Status::Ok(), SomeInfo());
+    EXPECT_EQ(Work(a).status().code(), Code::kPeerLost);
+    EXPECT_TRUE(Work(b).status().ok());
+    const void* freed = b.get();
+    b.reset();
+    auto c = NewWorkState();
+    EXPECT_FALSE(c->is_done());  // a fresh state, whatever block it lives in
+    if (RecyclesWorkStates()) {
+      EXPECT_EQ(c.get(), freed);
+    }
+  }
 }
 
 // Complete() takes no lock unless a callback was registered; a callback
