@@ -158,7 +158,8 @@ Status ReduceScatterFlat(Context& c, const OpArgs& a) {
   const size_t me = static_cast<size_t>(c.rank());
   const auto* send = static_cast<const uint8_t*>(a.send);
   // In place (recv is this rank's block of send) the block goes through the
-  // slot too: the output must not be one of the inputs it is combined from.
+  // slot too: ReduceMany lets the output alias only its first input, and
+  // this rank's block is input `rank`.
   const bool in_place = a.recv == send + me * block;
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   if (in_place) {

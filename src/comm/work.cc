@@ -34,17 +34,21 @@ void Work::State::Complete(Status s, const CompletionInfo& i) {
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kRecycleStates = false;
+// Sanitizers must see every state's memory come and go: recycling is off
+// under them (ASan, TSan, MSan, HWASan, with GCC's or clang's spelling).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(__SANITIZE_HWADDRESS__)
+#define CHOIR_RECYCLE_WORK_STATES 0
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kRecycleStates = false;
-#else
-constexpr bool kRecycleStates = true;
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer) || \
+    __has_feature(hwaddress_sanitizer)
+#define CHOIR_RECYCLE_WORK_STATES 0
 #endif
-#else
-constexpr bool kRecycleStates = true;
 #endif
+#ifndef CHOIR_RECYCLE_WORK_STATES
+#define CHOIR_RECYCLE_WORK_STATES 1
+#endif
+
+#if CHOIR_RECYCLE_WORK_STATES
 
 // The blocks this thread keeps for new states: all of one size (the first
 // block given back sets it), at most kKept. Trivially destructible, so that
@@ -99,7 +103,9 @@ struct RecyclingAllocator {
   void deallocate(T* p, size_t n) { GiveBlock(p, n * sizeof(T)); }
   template <class U>
   bool operator==(const RecyclingAllocator<U>&) const { return true; }
+  static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "blocks come from plain operator new");
 };
+#endif  // CHOIR_RECYCLE_WORK_STATES
 
 // The operation whose callbacks this thread is running (null: none). A
 // Wait() there for it returns its result (already set); one for another
@@ -122,11 +128,14 @@ Status WaitInCallback() {
 }  // namespace
 
 std::shared_ptr<Work::State> NewWorkState() {
-  if constexpr (kRecycleStates) return std::allocate_shared<Work::State>(RecyclingAllocator<Work::State>());
+#if CHOIR_RECYCLE_WORK_STATES
+  return std::allocate_shared<Work::State>(RecyclingAllocator<Work::State>());
+#else
   return std::make_shared<Work::State>();
+#endif
 }
 
-bool RecyclesWorkStates() { return kRecycleStates; }
+bool RecyclesWorkStates() { return CHOIR_RECYCLE_WORK_STATES != 0; }
 
 void Work::State::RunCallbacks() {
   std::unique_lock<std::mutex> lock(mu);
