@@ -1,6 +1,8 @@
-// Cost: 1 step; each rank writes its input to its shared slot once and reads
-// what it needs straight from the peers' slots (n-1 cache-line hand-offs for
-// tiny messages). For payloads up to CHOIR_SHM_SLOT_BYTES on one host.
+// Cost: 1 step; each rank writes what its peers need of its input to its
+// shared slot once and reads what it needs straight from the peers' slots
+// (n-1 cache-line hand-offs for tiny messages); its own block of an
+// alltoall, reduce_scatter or scatter it takes from its input. For payloads
+// up to CHOIR_SHM_SLOT_BYTES on one host.
 //
 // shm_flat: every rank publishes into its own slot of the host's shared area
 // (local_ops.h) and computes its result from all slots. Reductions combine the
