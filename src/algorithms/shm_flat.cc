@@ -28,13 +28,13 @@ class AllSlots {
   AllSlots(const AreaOp& op, size_t offset) {
     const size_t n = static_cast<size_t>(op.size());
     if (n > kInline) heap_.resize(n);
-    const void** out = n > kInline ? heap_.data() : inline_.data();
-    for (size_t p = 0; p < n; ++p) out[p] = op.data(static_cast<int>(p)) + offset;
+    for (size_t p = 0; p < n; ++p) slots()[p] = op.data(static_cast<int>(p)) + offset;
   }
-  const void* const* data() const { return heap_.empty() ? inline_.data() : heap_.data(); }
-  void Set(size_t p, const void* src) { (heap_.empty() ? inline_.data() : heap_.data())[p] = src; }
+  const void* const* data() { return slots(); }
+  void Set(size_t p, const void* src) { slots()[p] = src; }
 
  private:
+  const void** slots() { return heap_.empty() ? inline_.data() : heap_.data(); }
   static constexpr size_t kInline = 16;
   std::array<const void*, kInline> inline_;  // the first n set, the rest never read
   std::vector<const void*> heap_;
@@ -139,7 +139,7 @@ Status ReduceSlots(Context& c, const OpArgs& a, bool want_result) {
   op.Publish(bytes);
   if (want_result) {
     CHOIR_RETURN_IF_ERROR(op.WaitAll());
-    const auto srcs = AllSlots(op, 0);
+    AllSlots srcs(op, 0);
     if (a.count > 0) kernels::ReduceMany(a.recv, srcs.data(), op.size(), a.count, c.dtype(), c.op());
     FinishAverage(c, a.recv, a.count);
   }
