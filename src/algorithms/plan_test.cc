@@ -303,6 +303,59 @@ TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAlltoallAndReduce) {
   EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 128 * kKiB), "shm_pipe");
 }
 
+// The AMD Zen 5 table: with a core per rank the slots take all six
+// measured collectives up to 64 KiB of payload (what they hold), then the
+// pipe (broadcast: cma below 16 MiB); gather keeps the Intel limit; with
+// ranks sharing cores, the Zen 3 limits. The pipe's staging starts with
+// streaming stores there, and only there.
+TEST(SwitchPointsTest, AmdZen5HoldsTheSlotsTo64KiBAndStagesStreamingFirst) {
+  algorithms::GroupView g = TwoRanksOneHost();
+  g.switch_table = algorithms::SwitchTable::kAmdZen5;
+  std::vector<FlatWant> zen5_limits = kAmdFlatLimits;
+  for (FlatWant& w : zen5_limits) w.own_cores = 64 * kKiB;
+  ExpectFlatLimits(g, zen5_limits);
+  g.shares_cpus = false;
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB), "shm_flat");  // 64 KiB blocks
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB + 128), "shm_pipe");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, 64 * kKiB + 64), "cma");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kGather, 16 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kGather, 32 * kKiB), "cma");
+  for (const uint64_t bytes : {128 * kKiB, 1 * kMiB, 16 * kMiB, 256 * kMiB}) {
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, bytes), "shm_pipe") << bytes;
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, bytes), "shm_pipe") << bytes;
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, bytes), "shm_pipe") << bytes;
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, bytes), "shm_pipe") << bytes;
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, bytes), bytes >= 16 * kMiB ? "shm_pipe" : "cma") << bytes;
+  }
+  for (const uint64_t bytes : {1 * kMiB, 16 * kMiB, 256 * kMiB}) {
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, bytes), "shm_pipe") << bytes;
+  }
+  // Without single copy the slots keep the same limits, the pipe the rest.
+  g.cma = false;
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 64 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 128 * kKiB), "shm_pipe");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kBroadcast, 1 * kMiB), "shm_pipe");
+
+  using algorithms::SwitchTable;
+  EXPECT_TRUE(algorithms::StagingStreamsFirst(SwitchTable::kAmdZen5, false));
+  EXPECT_FALSE(algorithms::StagingStreamsFirst(SwitchTable::kAmdZen5, true));
+  for (const auto table : {SwitchTable::kIntel, SwitchTable::kAmd, SwitchTable::kAmdZen4}) {
+    for (const bool shared : {false, true}) EXPECT_FALSE(algorithms::StagingStreamsFirst(table, shared));
+  }
+  EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen5, false), 512 * kKiB);
+  EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen5, true), 4 * kMiB);
+}
+
+// Zen 5 is family 26 (0x1a), whatever the model; Zen 3 and 4 (family 25)
+// and other families are not.
+TEST(SwitchPointsTest, Zen5IsFamily26) {
+  for (const int model : {0x00, 0x02, 0x11, 0x24, 0x44, 0x70}) EXPECT_TRUE(algorithms::IsZen5({0x1a, model})) << model;
+  EXPECT_FALSE(algorithms::IsZen5({0x19, 0x11}));  // Zen 4
+  EXPECT_FALSE(algorithms::IsZen5({0x19, 0x01}));  // Zen 3
+  EXPECT_FALSE(algorithms::IsZen5({0x17, 0x31}));  // Zen 2
+  EXPECT_FALSE(algorithms::IsZen5({0x06, 0x1a}));  // an Intel family and model
+}
+
 // cma's allgather pushes blocks under 4 MiB on the Intel table and
 // wherever ranks share cores; with a core per rank its peers read them from
 // 1 MiB on the Zen 4 table and from 512 KiB on the amd one.
@@ -353,31 +406,35 @@ TEST(SwitchPointsTest, PipeChunksFollowTheAgreedCache) {
 TEST(SwitchPointsTest, NotOneHostIsNotChosenHere) {
   algorithms::GroupView g = TwoRanksOneHost();
   g.same_host = false;
-  for (const auto table :
-       {algorithms::SwitchTable::kIntel, algorithms::SwitchTable::kAmd, algorithms::SwitchTable::kAmdZen4}) {
+  for (const auto table : {algorithms::SwitchTable::kIntel, algorithms::SwitchTable::kAmd,
+                           algorithms::SwitchTable::kAmdZen4, algorithms::SwitchTable::kAmdZen5}) {
     g.switch_table = table;
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 8), "generic");
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, 64 * kMiB), "generic");
   }
 }
 
-// CHOIR_SHM_TUNING's values: intel, amd and amd-zen4 name their tables,
-// auto follows the CPU's maker and model (the Intel table for anything but
-// AMD, the Zen 4 one on Zen 4, the amd one on every other AMD CPU).
+// CHOIR_SHM_TUNING's values: intel, amd, amd-zen4 and amd-zen5 name their
+// tables, auto follows the CPU's maker, family and model (the Intel table
+// for anything but AMD, the Zen 4 one on Zen 4, the Zen 5 one on Zen 5, the
+// amd one on every other AMD CPU).
 TEST(SwitchPointsTest, SettingNamesATableOrFollowsTheCpu) {
-  for (const auto table :
-       {algorithms::SwitchTable::kIntel, algorithms::SwitchTable::kAmd, algorithms::SwitchTable::kAmdZen4}) {
+  for (const auto table : {algorithms::SwitchTable::kIntel, algorithms::SwitchTable::kAmd,
+                           algorithms::SwitchTable::kAmdZen4, algorithms::SwitchTable::kAmdZen5}) {
     EXPECT_EQ(algorithms::ParseSwitchTable(algorithms::SwitchTableName(table)), table);
     EXPECT_EQ(algorithms::SwitchTableFor(algorithms::SwitchTableName(table)), table);
   }
   EXPECT_STREQ(algorithms::SwitchTableName(algorithms::SwitchTable::kAmdZen4), "amd-zen4");
+  EXPECT_STREQ(algorithms::SwitchTableName(algorithms::SwitchTable::kAmdZen5), "amd-zen5");
   EXPECT_FALSE(algorithms::ParseSwitchTable("auto").has_value());
   EXPECT_FALSE(algorithms::ParseSwitchTable("AMD").has_value());
   EXPECT_FALSE(algorithms::ParseSwitchTable("zen4").has_value());
   auto here = algorithms::SwitchTable::kIntel;
   if (topology::HostCpuVendor() == topology::CpuVendor::kAmd) {
-    here = algorithms::IsZen4(topology::HostCpuModel()) ? algorithms::SwitchTable::kAmdZen4
-                                                         : algorithms::SwitchTable::kAmd;
+    const topology::CpuModel cpu = topology::HostCpuModel();
+    here = algorithms::IsZen4(cpu)   ? algorithms::SwitchTable::kAmdZen4
+           : algorithms::IsZen5(cpu) ? algorithms::SwitchTable::kAmdZen5
+                                     : algorithms::SwitchTable::kAmd;
   }
   EXPECT_EQ(algorithms::SwitchTableFor("auto"), here);
 }

@@ -33,7 +33,9 @@
 // faster (walk_choice.h). Whether a rank stages with plain or streaming
 // stores, each rank measures while the job runs (CHOIR_SHM_STAGING=auto,
 // StagingChooser in walk_choice.h): on some hosts reading what the other
-// core has just written is slow in spells.
+// core has just written is slow in spells, on one (Zen 5, a core per rank)
+// slower than reading memory, and there streaming comes first
+// (StagingStreamsFirst in switch_points.h).
 //
 // Against cma, which copies through the kernel (process_vm_readv ran at
 // 5.3-5.6 GB/s per core on the Intel host, 8.5-9.4 on the AMD one:
@@ -48,6 +50,7 @@
 #include "algorithms/block_steps.h"
 #include "algorithms/local_ops.h"
 #include "algorithms/select.h"
+#include "algorithms/switch_points.h"
 #include "algorithms/walk_choice.h"
 #include "base/clock.h"
 #include "kernels/reduce.h"
@@ -140,20 +143,25 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const voi
 // positions TakePositions gives it, with the store kind of its staging as
 // CHOIR_SHM_STAGING says: fixed, or (auto) the communicator's
 // StagingChooser's choice for `kind` and `bytes` (the whole buffer) from
-// StagingChooser::kMinBytes on, timed for it (smaller walks stage with plain
-// stores).
+// StagingChooser::kMinBytes on, timed for it (smaller walks stage with the
+// host's home kind: streaming stores where the switch table says they
+// come first, plain ones elsewhere).
 template <typename Run>
 Status RunStaged(AreaOp& op, CollKind kind, size_t bytes, Walk walk, Run&& run) {
   Context& c = op.ctx();
   TakePositions(op, walk);
   using Staging = SelectConfig::Staging;
+  using Stores = StagingChooser::Stores;
   const Staging mode = c.select_config() != nullptr ? c.select_config()->staging : Staging::kPlain;
   StagingChooser* chooser = c.staging_chooser();
+  Stores stores = mode == Staging::kStreaming ? Stores::kStreaming : Stores::kPlain;
   const bool choose = mode == Staging::kAuto && chooser != nullptr && bytes >= StagingChooser::kMinBytes;
-  const StagingChooser::Stores stores =
-      choose ? chooser->Choose(kind, bytes)
-             : (mode == Staging::kStreaming ? StagingChooser::Stores::kStreaming : StagingChooser::Stores::kPlain);
-  walk.stage_streaming = stores == StagingChooser::Stores::kStreaming;
+  if (mode == Staging::kAuto) {
+    const GroupView view = c.View();
+    const Stores home = StagingStreamsFirst(view.switch_table, view.shares_cpus) ? Stores::kStreaming : Stores::kPlain;
+    stores = choose ? chooser->Choose(kind, bytes, home) : home;
+  }
+  walk.stage_streaming = stores == Stores::kStreaming;
   if (walk.stage_streaming) c.NoteStreamingStages();
   const int64_t start = choose ? OpNanos() : 0;
   Status s = run(walk);

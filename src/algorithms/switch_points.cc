@@ -71,7 +71,23 @@ uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
 // perf -n 2 --op reduce --algo shm_flat|shm_pipe`, 7 interleaved launches
 // of 1000 calls, median busbw 12.0 (1.7-13.2) against 5.65 (1.43-7.20)
 // GB/s; 32 KiB 6.6 against 7.2; docs/performance.md).
+//
+// The Zen 5 host (EPYC, family 26 model 2), a core per rank: the slots won
+// up to 64 KiB for every collective, as much as they hold (64 KiB of
+// payload; an allgather's is a block): `choir perf -n 2 --algo
+// shm_flat|shm_pipe`, 7 interleaved launches of 300 calls, median busbw
+// GB/s at 64 KiB of buffer, slots against the pipe staging with streaming
+// stores (its faster kind there): allreduce 7.55 against 7.17,
+// reduce_scatter 8.67 / 6.76, allgather 8.78 / 7.85, alltoall 8.43 / 7.53,
+// reduce 10.8 / 10.2, broadcast 24.8 / 12.0 (cma 6.97); at 8-32 KiB the
+// slots 1.2x-2.9x faster; allgather at 128 KiB 11.0 against 11.2. With 4
+// ranks on 2 cores, and for the collectives not measured there, the Zen 3
+// limits.
 size_t AmdFlatLimit(SwitchTable table, CollKind kind, bool shares_cpus) {
+  const bool measured_on_zen5 = kind == CollKind::kAllreduce || kind == CollKind::kReduceScatter ||
+                                kind == CollKind::kAllgather || kind == CollKind::kAlltoall ||
+                                kind == CollKind::kReduce || kind == CollKind::kBroadcast;
+  if (table == SwitchTable::kAmdZen5 && !shares_cpus && measured_on_zen5) return 64 * kKiB;
   if (table == SwitchTable::kAmdZen4 && kind == CollKind::kReduce && !shares_cpus) return 64 * kKiB;
   switch (kind) {
     case CollKind::kAllreduce:
@@ -125,6 +141,16 @@ size_t AmdFlatLimit(SwitchTable table, CollKind kind, bool shares_cpus) {
 // spells (docs/performance.md, "Three speeds of the same host"), which cma's
 // kernel copies do not show. Measured with 2 ranks only (a 2-vCPU host):
 // larger groups with a core per rank take the same limits unmeasured.
+//
+// The Zen 5 host keeps the Zen 3 order, the pipe staging with streaming
+// stores (StagingStreamsFirst): 7 interleaved launches of `--algo
+// shm_pipe|cma`, 20 calls, median busbw GB/s, pipe (staging as the table
+// chooses) against cma: allgather 1, 4, 16 MiB 12.5, 10.9, 10.1 against
+// 9.9, 10.7, 7.5 (two passes of 5 launches); allreduce 256 KiB-64 MiB
+// 1.07x-1.8x the pipe's; reduce, reduce_scatter and alltoall the pipe
+// 1.1x-2x. Broadcast, with both at plain stores: cma 1.5x-4.3x faster at
+// 256 KiB-4 MiB, level at 16 MiB (25.0 against 24.2), the pipe 1.5x at
+// 64 MiB, as on Zen 3.
 uint64_t AmdPipeMin(SwitchTable table, CollKind kind, bool shares_cpus) {
   if (shares_cpus) return 0;
   if (kind == CollKind::kBroadcast) return 16 * kMiB;
@@ -145,6 +171,8 @@ const char* SwitchTableName(SwitchTable table) {
       return "amd";
     case SwitchTable::kAmdZen4:
       return "amd-zen4";
+    case SwitchTable::kAmdZen5:
+      return "amd-zen5";
   }
   return "intel";
 }
@@ -153,6 +181,7 @@ std::optional<SwitchTable> ParseSwitchTable(std::string_view name) {
   if (name == "intel") return SwitchTable::kIntel;
   if (name == "amd") return SwitchTable::kAmd;
   if (name == "amd-zen4") return SwitchTable::kAmdZen4;
+  if (name == "amd-zen5") return SwitchTable::kAmdZen5;
   return std::nullopt;
 }
 
@@ -164,10 +193,18 @@ bool IsZen4(topology::CpuModel cpu) {
   return cpu.family == 0x19 && ((m >= 0x10 && m <= 0x1f) || (m >= 0x60 && m <= 0xaf));
 }
 
+bool IsZen5(topology::CpuModel cpu) {
+  // Family 26 (0x1a) is Zen 5 (EPYC 9005, Ryzen 9000 and AI 300); only
+  // model 0x02 was measured.
+  return cpu.family == 0x1a;
+}
+
 SwitchTable SwitchTableFor(std::string_view setting) {
   if (const auto table = ParseSwitchTable(setting)) return *table;
   if (topology::HostCpuVendor() != topology::CpuVendor::kAmd) return SwitchTable::kIntel;
-  return IsZen4(topology::HostCpuModel()) ? SwitchTable::kAmdZen4 : SwitchTable::kAmd;
+  const topology::CpuModel cpu = topology::HostCpuModel();
+  if (IsZen4(cpu)) return SwitchTable::kAmdZen4;
+  return IsZen5(cpu) ? SwitchTable::kAmdZen5 : SwitchTable::kAmd;
 }
 
 SwitchTable ConfiguredSwitchTable() { return SwitchTableFor(params::GetString(params::Id::kShmTuning)); }
@@ -177,7 +214,7 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
   // Without single copy the slots run what they hold and the pipe the rest.
   order.flat_max = cma ? IntelFlatLimitWithCma(kind, shares_cpus) : SIZE_MAX;
   order.pipe_min = cma ? IntelPipeMinWithCma(kind, shares_cpus) : 0;
-  if (table == SwitchTable::kAmd || table == SwitchTable::kAmdZen4) {
+  if (table != SwitchTable::kIntel) {
     // On the AMD (Zen 3) host the pipe beat cma at every size measured, 16 KiB to
     // 32 MiB, for allreduce, reduce_scatter and allgather, a core per rank
     // or not (1.06x-2.6x, medians of 3-5 launches); flat against pipe was
@@ -185,8 +222,9 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
     // faster from 4 MiB, alike with cma at 256 KiB-1 MiB (within the
     // launches' spread) and faster at 16-64 KiB; for reduce 1.3x-2.6x
     // faster from 64 KiB with 2 ranks, and with 4 1.1x-1.6x but at 256 KiB
-    // (cma 1.08x, within the spread). Broadcast, and where Zen 4 differs
-    // (allgather, alltoall, reduce): AmdFlatLimit and AmdPipeMin.
+    // (cma 1.08x, within the spread). Broadcast, where Zen 4 differs
+    // (allgather, alltoall, reduce) and Zen 5 (the slots' limits):
+    // AmdFlatLimit and AmdPipeMin.
     const bool has_pipe = FindAlgorithm(kind, "shm_pipe") != nullptr;
     if (const size_t limit = AmdFlatLimit(table, kind, shares_cpus); limit > 0 && (cma || has_pipe)) {
       order.flat_max = limit;
@@ -194,6 +232,18 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
     if (has_pipe) order.pipe_min = AmdPipeMin(table, kind, shares_cpus);
   }
   return order;
+}
+
+bool StagingStreamsFirst(SwitchTable table, bool shares_cpus) {
+  // The Zen 5 host, 2 ranks: `choir perf -n 2` with CHOIR_SHM_STAGING=plain
+  // against =streaming, 7 interleaved launches of 20 calls, median busbw:
+  // streaming 1.19x-2.49x faster at 1-256 MiB in all five collectives with
+  // a pipe (allreduce 16 MiB 9.48 against 5.64 GB/s, allgather 4 MiB 10.9
+  // against 4.85), and at 64-512 KiB (100 calls) 1.0x-1.9x but for
+  // reduce_scatter at 64-128 KiB (0.96x-0.98x). 4 ranks on the 2 cores,
+  // 5 launches at 256 KiB-16 MiB: 0.80x-1.75x, mostly level; they keep
+  // plain stores first. docs/performance.md, "The AMD EPYC Zen 5 host".
+  return table == SwitchTable::kAmdZen5 && !shares_cpus;
 }
 
 uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus) {
@@ -212,7 +262,7 @@ uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus) {
   // were measured; ranks that share cores keep pushing.
   if (shares_cpus) return 4 * kMiB;
   if (table == SwitchTable::kAmdZen4) return 1 * kMiB;
-  if (table == SwitchTable::kAmd) return 512 * kKiB;
+  if (table == SwitchTable::kAmd || table == SwitchTable::kAmdZen5) return 512 * kKiB;  // Zen 5: Zen 3's, unmeasured
   return 4 * kMiB;
 }
 

@@ -7,10 +7,12 @@
 // from 16-32 KiB payloads and held allgather to 64 MiB; on the AMD host
 // (EPYC, Zen 3) copies through the caches beat cma at every size measured
 // for allreduce, reduce_scatter and allgather, and on the AMD Zen 4 host
-// (EPYC) cma won back mid-size allgathers and alltoalls (docs/algorithms.md,
-// "Switch points per host"). Each host class has its table;
-// CHOIR_SHM_TUNING picks one (auto: by the CPU's maker and, for AMD, its
-// model: the Zen 4 table on Zen 4, the Zen 3 one on every other AMD CPU;
+// (EPYC) cma won back mid-size allgathers and alltoalls; on the AMD Zen 5
+// host (EPYC) the slots won up to what they hold and the pipe staged
+// faster with streaming stores (docs/algorithms.md, "Switch points per
+// host"). Each host class has its table; CHOIR_SHM_TUNING picks one (auto:
+// by the CPU's maker and, for AMD, its family and model: the Zen 4 table
+// on Zen 4, the Zen 5 one on Zen 5, the Zen 3 one on every other AMD CPU;
 // the Intel table for anything not AMD).
 // Every rank of a host must use the same table: connect checks it.
 //
@@ -38,10 +40,10 @@ namespace choir::algorithms {
 struct Algorithm;
 struct GroupView;
 
-enum class SwitchTable : uint8_t { kIntel, kAmd, kAmdZen4 };
+enum class SwitchTable : uint8_t { kIntel, kAmd, kAmdZen4, kAmdZen5 };
 
 const char* SwitchTableName(SwitchTable table);
-// "intel", "amd" or "amd-zen4"; nullopt for anything else.
+// "intel", "amd", "amd-zen4" or "amd-zen5"; nullopt for anything else.
 std::optional<SwitchTable> ParseSwitchTable(std::string_view name);
 // CHOIR_SHM_TUNING's value: "auto" picks by this CPU's maker and model.
 SwitchTable SwitchTableFor(std::string_view setting);
@@ -49,6 +51,8 @@ SwitchTable SwitchTableFor(std::string_view setting);
 SwitchTable ConfiguredSwitchTable();
 // Whether `cpu` (topology::HostCpuModel) is an AMD Zen 4 (family 25).
 bool IsZen4(topology::CpuModel cpu);
+// Whether `cpu` is an AMD Zen 5 (family 26).
+bool IsZen5(topology::CpuModel cpu);
 
 // What a table prefers for one collective on one group.
 struct SameHostOrder {
@@ -57,6 +61,11 @@ struct SameHostOrder {
 };
 // `cma`: single copy allowed on the group; `shares_cpus`: its ranks share cores.
 SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool shares_cpus);
+
+// Whether the pipe's staging (walk_choice.h, StagingChooser) starts with,
+// and leans to, streaming stores rather than plain ones: on the Zen 5 table
+// with a core per rank.
+bool StagingStreamsFirst(SwitchTable table, bool shares_cpus);
 
 // cma's allgather of heap buffers: a block below this many bytes is written
 // into the peers by its owner (process_vm_writev from its cache); from this

@@ -133,7 +133,12 @@ class WalkChooser {
 // launches run in modes"). Streaming staging is steady through the slow
 // spells, but slower for most walks outside them (allreduce, reduce and
 // alltoall 0.62-0.97x of plain's median busbw; docs/algorithms.md). Neither
-// kind is right for a whole job, so each rank measures both.
+// kind is right for a whole job, so each rank measures both. On the AMD
+// EPYC Zen 5 VM it is the other way round: streaming staging ran
+// 1.2-2.5x faster at 1-256 MiB in every collective with a core per rank,
+// and level with 4 ranks on 2 cores (docs/performance.md, "The AMD EPYC
+// Zen 5 host"). So each call names the host's home kind
+// (StagingHomeStores in switch_points.h): plain stores but on that table.
 //
 // How: per collective and power-of-two size class, each rank keeps its last
 // three times per byte for each store kind and takes the least
@@ -146,10 +151,11 @@ class WalkChooser {
 // of the nearest smaller size class of its collective that has run (four
 // classes down at most), if that one uses the same kind. A class that
 // starts before any class had both kinds measured (nothing to go by)
-// measures the other kind first (calls 1-2), then the kind in use (calls
-// 3-4). From then on a call keeps the kind in use until the other's figure
-// is below kStreamingMargin (for streaming stores) or kPlainMargin (for
-// plain ones) times its own, and a try of kTryCalls calls of the other
+// starts with the home kind and measures the other kind first (calls 1-2),
+// then the home kind (calls 3-4). From then on a call keeps the kind in
+// use until the other's figure is below kAwayMargin (for the kind that is
+// not home) or kHomeMargin (for the home kind) times its own, and a try of
+// kTryCalls calls of the other
 // kind comes once per kExplorePeriod calls (kRareExplorePeriod when the
 // other kind measured at least twice as slow), and at once when the kind
 // in use got kChange times slower or faster since the last try (a spell
@@ -182,24 +188,27 @@ class StagingChooser {
   static constexpr double kChange = 1.5;
   // How many size classes down a new class looks for its reference.
   static constexpr size_t kNeighbourClasses = 4;
-  // Streaming stores take over below this share of plain stores' time, and
-  // plain ones take back over below kPlainMargin times streaming's. The
-  // slow spells cost plain stores 2-5x (1.2-2.0 against 4-9 GB/s of
-  // busbw at 16-256 MiB); outside them streaming ran at
-  // 0.62-0.97x (allreduce, reduce, alltoall), and in the first calls of a
-  // launch either kind measured 1.5-1.8x the other by chance (traces of
-  // 1 MiB alltoalls through the pipe), which
-  // with an even margin of 0.8 took streaming for whole launches (1 MiB
+  // The kind that is not home (streaming stores, on most tables) takes
+  // over below this share of the home kind's time, and the home kind takes
+  // back over below kHomeMargin times the other's. Measured on the Zen 4
+  // VM, plain stores at home: the slow spells cost plain stores 2-5x
+  // (1.2-2.0 against 4-9 GB/s of busbw at 16-256 MiB); outside them
+  // streaming ran at 0.62-0.97x (allreduce, reduce, alltoall), and in the
+  // first calls of a launch either kind measured 1.5-1.8x the other by
+  // chance (traces of 1 MiB alltoalls through the pipe), which with an
+  // even margin of 0.8 took streaming for whole launches (1 MiB
   // reduce_scatters and reduces 0.72-0.73x as fast as with plain stores
-  // alone, 7 interleaved launches).
-  static constexpr double kStreamingMargin = 0.5;
-  static constexpr double kPlainMargin = 1.0;
-  // Under auto, smaller walks (the whole buffer) stage with plain stores
+  // alone, 7 interleaved launches). Streaming at home (Zen 5) mirrors it.
+  static constexpr double kAwayMargin = 0.5;
+  static constexpr double kHomeMargin = 1.0;
+  // Under auto, smaller walks (the whole buffer) stage with the home kind
   // and are not timed (CHOIR_SHM_STAGING=streaming streams every size).
   static constexpr size_t kMinBytes = 256 * 1024;
 
   // The stores of this call of `kind` moving `bytes`; counts the call.
-  Stores Choose(CollKind kind, size_t bytes);
+  // `home`: the host's usual winner (the same on every call of a
+  // communicator).
+  Stores Choose(CollKind kind, size_t bytes, Stores home = Stores::kPlain);
   // This rank's time for the call, which took `stores`.
   void Record(CollKind kind, size_t bytes, Stores stores, int64_t nanos);
 
@@ -223,7 +232,7 @@ class StagingChooser {
   static constexpr size_t kClasses = 65;
   std::array<std::array<Entry, kClasses>, kKinds> entries_{};
   Stores preferred_ = Stores::kPlain;  // the kind in use of the last class with both kinds measured
-  bool decided_ = false;               // some class has had both kinds measured
+  bool decided_ = false;               // some class has had both kinds measured (preferred_ is set)
 };
 
 }  // namespace choir::algorithms

@@ -202,12 +202,13 @@ using Stores = StagingChooser::Stores;
 constexpr int kStagePeriod = static_cast<int>(StagingChooser::kExplorePeriod);
 constexpr int kStageRarePeriod = static_cast<int>(StagingChooser::kRareExplorePeriod);
 
-// `calls` calls of `kind` moving `bytes` on `c`, each taking ns(call, stores).
+// `calls` calls of `kind` moving `bytes` on `c`, each taking ns(call, stores),
+// on a host whose home kind is `home`.
 std::vector<Stores> DriveStaging(StagingChooser& c, CollKind kind, size_t bytes, int calls,
-                                 const std::function<int64_t(int, Stores)>& ns) {
+                                 const std::function<int64_t(int, Stores)>& ns, Stores home = Stores::kPlain) {
   std::vector<Stores> kinds;
   for (int call = 0; call < calls; ++call) {
-    const Stores s = c.Choose(kind, bytes);
+    const Stores s = c.Choose(kind, bytes, home);
     kinds.push_back(s);
     c.Record(kind, bytes, s, ns(call, s));
   }
@@ -242,12 +243,13 @@ TEST(StagingChooserTest, PlainFirstThenStreamingOnceThenTheFasterWithPeriodicTri
 
 TEST(StagingChooserTest, StreamingTakesOverAtOnceWhenFasterAndIsLeftOnlyForRareTries) {
   StagingChooser c;
-  // The slow spell: plain stores 3x slower. Streaming from call 5; plain,
-  // twice as slow or more, tried once per rare period.
+  // The slow spell: plain stores 3x slower. Streaming from call 6 (once
+  // plain has two figures); plain, twice as slow or more, tried once per
+  // rare period.
   const auto kinds = DriveStaging(c, CollKind::kAllgather, kBytes, 2 * kStageRarePeriod,
                                   [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 300'000 : 100'000; });
   EXPECT_EQ(CallsTaking(kinds, Stores::kPlain),
-            Concat({0, 3, 4}, TryCalls(5, 2 * kStageRarePeriod, kStageRarePeriod)));
+            Concat({0, 3, 4, 5}, TryCalls(6, 2 * kStageRarePeriod, kStageRarePeriod)));
 }
 
 TEST(StagingChooserTest, StreamingMustRunInHalfThePlainTime) {
@@ -260,14 +262,47 @@ TEST(StagingChooserTest, StreamingMustRunInHalfThePlainTime) {
   StagingChooser ahead;
   const auto taken = DriveStaging(ahead, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
                                   [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 49'000; });
-  EXPECT_EQ(CallsTaking(taken, Stores::kPlain), Concat({0, 3, 4}, TryCalls(5, 3 * kStagePeriod, kStageRarePeriod)));
+  EXPECT_EQ(CallsTaking(taken, Stores::kPlain), Concat({0, 3, 4, 5}, TryCalls(6, 3 * kStagePeriod, kStageRarePeriod)));
+}
+
+// Where streaming stores are home (the Zen 5 table), the choice mirrors
+// the plain-first one: streaming from the start, plain measured in calls
+// 1-2 and tried once per period, taken only in less than half the time.
+TEST(StagingChooserTest, StreamingAtHomeStartsStreamingAndPlainMustRunInHalfItsTime) {
+  StagingChooser faster;
+  const auto kept = DriveStaging(
+      faster, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
+      [](int, Stores s) -> int64_t { return s == Stores::kStreaming ? 100'000 : 150'000; }, Stores::kStreaming);
+  EXPECT_EQ(CallsTaking(kept, Stores::kPlain), Concat({1, 2}, TryCalls(5, 3 * kStagePeriod, kStagePeriod)));
+  StagingChooser close;
+  const auto still = DriveStaging(
+      close, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
+      [](int, Stores s) -> int64_t { return s == Stores::kStreaming ? 100'000 : 51'000; }, Stores::kStreaming);
+  EXPECT_EQ(CallsTaking(still, Stores::kPlain), Concat({1, 2}, TryCalls(5, 3 * kStagePeriod, kStagePeriod)));
+  StagingChooser ahead;
+  const auto taken = DriveStaging(
+      ahead, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
+      [](int, Stores s) -> int64_t { return s == Stores::kStreaming ? 100'000 : 49'000; }, Stores::kStreaming);
+  EXPECT_EQ(CallsTaking(taken, Stores::kStreaming),
+            Concat({0, 3, 4, 5}, TryCalls(6, 3 * kStagePeriod, kStageRarePeriod)));
+  // Streaming, tried back, takes over again at level (the home margin).
+  StagingChooser back;
+  const auto home_again = DriveStaging(
+      back, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
+      [](int call, Stores s) -> int64_t {
+        if (call < kStagePeriod) return s == Stores::kStreaming ? 100'000 : 40'000;
+        return s == Stores::kStreaming ? 40'000 : 41'000;
+      },
+      Stores::kStreaming);
+  EXPECT_EQ(home_again.back(), Stores::kStreaming);
 }
 
 TEST(StagingChooserTest, TheCallAfterAChangeOfKindIsNotCounted) {
   StagingChooser c;
   // Streaming runs at 0.4x of plain's time, but its first call after plain
   // ones at 3x (and plain's first after streaming at 2x): the first call
-  // of a try does not count, so streaming is taken from call 5.
+  // of a try does not count, so streaming is taken from call 6 (plain's
+  // second figure at call 5).
   Stores prev = Stores::kPlain;
   const auto kinds = DriveStaging(c, CollKind::kAlltoall, kBytes, 3 * kStagePeriod, [&](int, Stores s) -> int64_t {
     const bool changed = s != prev;
@@ -275,7 +310,7 @@ TEST(StagingChooserTest, TheCallAfterAChangeOfKindIsNotCounted) {
     if (s == Stores::kStreaming) return changed ? 300'000 : 40'000;
     return changed ? 200'000 : 100'000;
   });
-  EXPECT_EQ(CallsTaking(kinds, Stores::kPlain), Concat({0, 3, 4}, TryCalls(5, 3 * kStagePeriod, kStageRarePeriod)));
+  EXPECT_EQ(CallsTaking(kinds, Stores::kPlain), Concat({0, 3, 4, 5}, TryCalls(6, 3 * kStagePeriod, kStageRarePeriod)));
 }
 
 TEST(StagingChooserTest, ASpellStartingMovesToStreamingWithoutWaitingForATry) {
@@ -295,14 +330,14 @@ TEST(StagingChooserTest, AChangeOfTheKindInUseTriesTheOtherAtOnce) {
   StagingChooser c;
   // The first 40 calls run 4-10x slower (a launch warming up), streaming
   // then 2.5x faster than plain, afterwards 1.5x slower. Streaming from call
-  // 5; when its own figure shows the change (after call 40), plain is
+  // 6; when its own figure shows the change (after call 40), plain is
   // tried at once, not at the rare period's middle, and taken after the
   // try.
   const auto kinds = DriveStaging(c, CollKind::kReduceScatter, kBytes, 64, [](int call, Stores s) -> int64_t {
     if (s == Stores::kStreaming) return call < 40 ? 400'000 : 150'000;
     return call < 40 ? 1'000'000 : 100'000;
   });
-  for (int call = 5; call < 64; ++call) {
+  for (int call = 6; call < 64; ++call) {
     EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, call >= 41) << "call " << call;
   }
 }
@@ -319,7 +354,7 @@ TEST(StagingChooserTest, BackToPlainStoresWhenTheSpellEnds) {
       if (s == Stores::kStreaming) return 100'000;
       return call < 100 ? 300'000 : after;
     });
-    for (int call = 5; call < kCalls; ++call) {
+    for (int call = 6; call < kCalls; ++call) {
       EXPECT_EQ(kinds[static_cast<size_t>(call)] == Stores::kPlain, call >= kStageRarePeriod / 2)
           << "plain at " << after << " ns, call " << call;
     }
@@ -333,6 +368,25 @@ TEST(StagingChooserTest, OneSlowCallDoesNotMoveTheChoice) {
     return s == Stores::kPlain ? (call % 7 == 5 ? 1'000'000 : 100'000) : 130'000;
   });
   EXPECT_EQ(CallsTaking(kinds, Stores::kStreaming), Concat({1, 2}, TryCalls(5, 3 * kStagePeriod, kStagePeriod)));
+}
+
+// A class's first counted call slow (a peer still busy with its first
+// touches) tries the other kind at once, but the kind in use is kept: its
+// second figure shows it faster (and, being 20x faster than the first,
+// starts one more try).
+TEST(StagingChooserTest, OneSlowFirstFigureDoesNotHandTheClassOver) {
+  StagingChooser c;
+  DriveStaging(
+      c, CollKind::kAllreduce, kBytes, 10, [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 150'000 : 100'000; },
+      Stores::kStreaming);
+  const auto kinds = DriveStaging(
+      c, CollKind::kAllreduce, 4 * kBytes, kStagePeriod / 2 - 1,
+      [](int call, Stores s) -> int64_t {
+        if (call == 1) return 8'000'000;  // 20x the usual time
+        return s == Stores::kPlain ? 600'000 : 400'000;
+      },
+      Stores::kStreaming);
+  EXPECT_EQ(CallsTaking(kinds, Stores::kPlain), (std::vector<int>{2, 3, 4, 7, 8, 9}));
 }
 
 TEST(StagingChooserTest, TheColdFirstCallIsDropped) {
@@ -383,7 +437,8 @@ TEST(StagingChooserTest, FailedAndEmptyCallsAreIgnored) {
 
 // The sizes of a collective past the first start from the smaller size's
 // figure: 64 MiB allreduces 3x slower per byte than the 16 MiB ones (a
-// spell that began) try streaming at once; 1.2x slower, or faster, do not.
+// spell that began) try streaming at once, and take it once plain has a
+// second figure; 1.2x slower, or faster, do not.
 TEST(StagingChooserTest, ALargerSizeMuchSlowerPerByteTriesTheOtherAtOnce) {
   const size_t small = 16 * kBytes;
   const size_t large = 64 * kBytes;
@@ -392,13 +447,13 @@ TEST(StagingChooserTest, ALargerSizeMuchSlowerPerByteTriesTheOtherAtOnce) {
     DriveStaging(c, CollKind::kAllreduce, small, 10, [&](int, Stores s) -> int64_t {
       return static_cast<int64_t>((s == Stores::kPlain ? 1.0 : 1.5) * static_cast<double>(small));
     });
-    const auto kinds = DriveStaging(c, CollKind::kAllreduce, large, 6, [&](int, Stores s) -> int64_t {
+    const auto kinds = DriveStaging(c, CollKind::kAllreduce, large, 8, [&](int, Stores s) -> int64_t {
       return static_cast<int64_t>((s == Stores::kPlain ? slower : 1.0) * static_cast<double>(large));
     });
     const std::vector<Stores> want =
         slower == 3.0 ? std::vector<Stores>{Stores::kPlain, Stores::kPlain, Stores::kStreaming, Stores::kStreaming,
-                                            Stores::kStreaming, Stores::kStreaming}
-                      : std::vector<Stores>(6, Stores::kPlain);
+                                            Stores::kStreaming, Stores::kPlain, Stores::kPlain, Stores::kStreaming}
+                      : std::vector<Stores>(8, Stores::kPlain);
     EXPECT_EQ(kinds, want) << slower << "x per byte";
   }
 }

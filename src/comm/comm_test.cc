@@ -309,17 +309,18 @@ TEST(CommTopologyTest, BadTopologyFileFailsCreationWithItsLine) {
 // algorithm their own selection gives, with correct results.
 // Under every switch-point table, each with its own choices where they differ.
 TEST(CommSelectionTest, RememberedChoiceNeverLeaksIntoOtherCalls) {
-  for (const std::string tuning : {"intel", "amd", "amd-zen4"}) {
+  for (const std::string tuning : {"intel", "amd", "amd-zen4", "amd-zen5"}) {
     params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);
     const bool amd = tuning != "intel";
     auto results = RunRanks(2, [amd, tuning](Communicator& comm) -> Status {
       // 128 KiB blocks of allgather: cma on the Intel table, the pipe on the
-      // AMD one, cma on the Zen 4 one when each rank has a core, judged as
+      // Zen 3 and Zen 5 ones, cma on the Zen 4 one when each rank has a core, judged as
       // the communicator judged it (from the CPUs each rank may run on).
       std::vector<std::vector<int>> cores;
       for (const RankPlace& p : comm.topology().ranks) cores.push_back(p.cores);
       const bool share = transport::RanksCompeteForCpus(cores, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
-      const char* const mid_allgather = tuning == "amd" || (tuning == "amd-zen4" && share) ? "shm_pipe" : "cma";
+      const char* const mid_allgather =
+          tuning == "amd" || tuning == "amd-zen5" || (tuning == "amd-zen4" && share) ? "shm_pipe" : "cma";
       std::vector<float> small(2, 1.0f), large(64 << 10, 1.0f), out(64 << 10, 0.0f);
       std::vector<double> dsmall(2, 1.0), dout(2, 0.0);
       CallOptions forced;
@@ -788,16 +789,24 @@ TEST(CommPipeTest, HierarchicalStepsThroughThePipeMatchReference) {
 // The pipe's staging with each store kind (CHOIR_SHM_STAGING): exact
 // results, in place and not, 2 and 3 ranks; `streaming` covers every walk
 // with streaming staging, `auto` the chooser's own calls (the first
-// class's calls 1-2 stream; most later classes keep plain stores within
-// four sweeps).
+// class's calls 1-2 take the kind that is not home; most later classes
+// keep the home kind within four sweeps), under a table whose home kind
+// is plain stores (amd) and one whose home is streaming with a core per
+// rank (amd-zen5).
 TEST(CommPipeTest, StagingStoreKindsMatchReference) {
-  for (const char* staging : {"plain", "streaming", "auto"}) {
+  for (const auto& [staging, tuning] : {std::pair<const char*, const char*>{"plain", "amd"}, {"streaming", "amd"},
+                                        {"auto", "amd"}, {"auto", "amd-zen5"}}) {
     params::ScopedOverride stores("CHOIR_SHM_STAGING", staging);
+    params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);
     for (int n : {2, 3}) {
       auto results = RunRanks(n, [&](Communicator& comm) -> Status {
         // WorkInfo says which calls staged with streaming stores: all or
         // none when fixed; under auto, in the communicator's first class,
         // calls 1-2 (StagingChooser's first measure of the other kind).
+        std::vector<std::vector<int>> cores;
+        for (const RankPlace& p : comm.topology().ranks) cores.push_back(p.cores);
+        const bool share = transport::RanksCompeteForCpus(cores, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+        const bool streaming_home = std::string(tuning) == "amd-zen5" && !share;
         std::vector<float> in(300001, 1.0f), out(300001, 0.0f);
         CallOptions pipe;
         pipe.algorithm = "shm_pipe";
@@ -805,7 +814,8 @@ TEST(CommPipeTest, StagingStoreKindsMatchReference) {
           Work w = comm.Allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum, pipe);
           CHOIR_RETURN_IF_ERROR(w.Wait());
           const std::string mode = staging;
-          const bool want = mode == "streaming" || (mode == "auto" && (call == 1 || call == 2));
+          const bool away = call == 1 || call == 2;
+          const bool want = mode == "streaming" || (mode == "auto" && away != streaming_home);
           if (w.info().streaming_stages != want || out[123] != static_cast<float>(comm.size())) {
             return Status(Code::kInternal, "call " + std::to_string(call) + ": streaming_stages " +
                                                std::to_string(w.info().streaming_stages) + ", out " +
@@ -825,7 +835,7 @@ TEST(CommPipeTest, StagingStoreKindsMatchReference) {
         }
         return Status::Ok();
       }, TransportOptions("shm", 120s));
-      SCOPED_TRACE(std::to_string(n) + " ranks, CHOIR_SHM_STAGING=" + staging);
+      SCOPED_TRACE(std::to_string(n) + " ranks, CHOIR_SHM_STAGING=" + staging + ", CHOIR_SHM_TUNING=" + tuning);
       ExpectAllOk(results);
     }
   }
