@@ -143,14 +143,16 @@ size_t AmdFlatLimit(SwitchTable table, CollKind kind, bool shares_cpus) {
 // larger groups with a core per rank take the same limits unmeasured.
 //
 // The Zen 5 host keeps the Zen 3 order, the pipe staging with streaming
-// stores (StagingStreamsFirst): 7 interleaved launches of `--algo
-// shm_pipe|cma`, 20 calls, median busbw GB/s, pipe (staging as the table
-// chooses) against cma: allgather 1, 4, 16 MiB 12.5, 10.9, 10.1 against
-// 9.9, 10.7, 7.5 (two passes of 5 launches); allreduce 256 KiB-64 MiB
-// 1.07x-1.8x the pipe's; reduce, reduce_scatter and alltoall the pipe
-// 1.1x-2x. Broadcast, with both at plain stores: cma 1.5x-4.3x faster at
-// 256 KiB-4 MiB, level at 16 MiB (25.0 against 24.2), the pipe 1.5x at
-// 64 MiB, as on Zen 3.
+// stores (StagingStreamsFirst). `choir perf -n 2 --algo shm_pipe|cma`, 20
+// calls, median busbw of interleaved launches: allgather 1, 4, 16 MiB, the
+// pipe staging with streaming stores, 12.5, 10.9, 10.1 against cma's 9.9,
+// 10.7, 7.5 GB/s (two passes of 5 and 7 launches); with the pipe staging
+// as the Zen 3 table had it (plain stores, 7 launches) the pipe was still
+// 1.3x-1.8x faster for allreduce from 1 MiB (256 KiB: cma 1.07x, but 7.6
+// against streaming staging's 10.6 GB/s), 1.15x-2x for reduce from
+// 256 KiB, 1.4x-2x for reduce_scatter and 1.05x-1.8x for alltoall.
+// Broadcast: cma 1.5x-4.3x faster at 256 KiB-4 MiB, level at 16 MiB
+// (25.0 against 24.2), the pipe 1.5x at 64 MiB, as on Zen 3.
 uint64_t AmdPipeMin(SwitchTable table, CollKind kind, bool shares_cpus) {
   if (shares_cpus) return 0;
   if (kind == CollKind::kBroadcast) return 16 * kMiB;

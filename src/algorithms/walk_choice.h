@@ -138,7 +138,8 @@ class WalkChooser {
 // 1.2-2.5x faster at 1-256 MiB in every collective with a core per rank,
 // and level with 4 ranks on 2 cores (docs/performance.md, "The AMD EPYC
 // Zen 5 host"). So each call names the host's home kind
-// (StagingHomeStores in switch_points.h): plain stores but on that table.
+// (StagingStreamsFirst in switch_points.h): plain stores but on that
+// table with a core per rank.
 //
 // How: per collective and power-of-two size class, each rank keeps its last
 // three times per byte for each store kind and takes the least
@@ -153,10 +154,11 @@ class WalkChooser {
 // starts before any class had both kinds measured (nothing to go by)
 // starts with the home kind and measures the other kind first (calls 1-2),
 // then the home kind (calls 3-4). From then on a call keeps the kind in
-// use until the other's figure is below kAwayMargin (for the kind that is
-// not home) or kHomeMargin (for the home kind) times its own, and a try of
-// kTryCalls calls of the other
-// kind comes once per kExplorePeriod calls (kRareExplorePeriod when the
+// use, left only once it has two figures of its own, until the other's
+// figure is below kAwayMargin (for the kind that is not home) or
+// kHomeMargin (for the home kind) times its own, and a try of kTryCalls
+// calls of the other kind comes once per kExplorePeriod calls
+// (kRareExplorePeriod when the
 // other kind measured at least twice as slow), and at once when the kind
 // in use got kChange times slower or faster since the last try (a spell
 // starting or ending). Unlike WalkChooser, nothing is exchanged: the store
