@@ -29,6 +29,13 @@ using testing::ExpectAllOk;
 using testing::RunRanks;
 using testing::TransportOptions;
 
+// Whether the communicator's ranks outnumber the CPUs they may run on,
+// judged as the communicator judged it (the switch tables differ by it).
+bool RanksShareCpus(const Communicator& comm) {
+  std::vector<std::vector<int>> cores;
+  for (const RankPlace& p : comm.topology().ranks) cores.push_back(p.cores);
+  return transport::RanksCompeteForCpus(cores, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+}
 
 // Runs the sweep on this rank and checks every case against its reference:
 // at least `min_cases` ran, each with `want_algorithm` when one is given.
@@ -316,9 +323,7 @@ TEST(CommSelectionTest, RememberedChoiceNeverLeaksIntoOtherCalls) {
       // 128 KiB blocks of allgather: cma on the Intel table, the pipe on the
       // Zen 3 and Zen 5 ones, cma on the Zen 4 one when each rank has a core, judged as
       // the communicator judged it (from the CPUs each rank may run on).
-      std::vector<std::vector<int>> cores;
-      for (const RankPlace& p : comm.topology().ranks) cores.push_back(p.cores);
-      const bool share = transport::RanksCompeteForCpus(cores, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+      const bool share = RanksShareCpus(comm);
       const char* const mid_allgather =
           tuning == "amd" || tuning == "amd-zen5" || (tuning == "amd-zen4" && share) ? "shm_pipe" : "cma";
       std::vector<float> small(2, 1.0f), large(64 << 10, 1.0f), out(64 << 10, 0.0f);
@@ -803,10 +808,7 @@ TEST(CommPipeTest, StagingStoreKindsMatchReference) {
         // WorkInfo says which calls staged with streaming stores: all or
         // none when fixed; under auto, in the communicator's first class,
         // calls 1-2 (StagingChooser's first measure of the other kind).
-        std::vector<std::vector<int>> cores;
-        for (const RankPlace& p : comm.topology().ranks) cores.push_back(p.cores);
-        const bool share = transport::RanksCompeteForCpus(cores, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
-        const bool streaming_home = std::string(tuning) == "amd-zen5" && !share;
+        const bool streaming_home = std::string(tuning) == "amd-zen5" && !RanksShareCpus(comm);
         std::vector<float> in(300001, 1.0f), out(300001, 0.0f);
         CallOptions pipe;
         pipe.algorithm = "shm_pipe";
