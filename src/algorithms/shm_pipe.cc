@@ -146,21 +146,31 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const voi
 // StagingChooser::kMinBytes on, timed for it (smaller walks stage with the
 // host's home kind: streaming stores where the switch table says they
 // come first, plain ones elsewhere).
+using Staging = SelectConfig::Staging;
+using Stores = StagingChooser::Stores;
+
+Staging StagingMode(const Context& c) {
+  return c.select_config() != nullptr ? c.select_config()->staging : Staging::kPlain;
+}
+
+// The store kind of a walk that is not timed: CHOIR_SHM_STAGING's fixed
+// kind, or under auto the host's home kind (streaming stores where the
+// switch table says they come first, plain ones elsewhere).
+Stores UntimedStores(const Context& c) {
+  const Staging mode = StagingMode(c);
+  if (mode != Staging::kAuto) return mode == Staging::kStreaming ? Stores::kStreaming : Stores::kPlain;
+  const GroupView view = c.View();
+  return StagingStreamsFirst(view.switch_table, view.shares_cpus) ? Stores::kStreaming : Stores::kPlain;
+}
+
 template <typename Run>
 Status RunStaged(AreaOp& op, CollKind kind, size_t bytes, Walk walk, Run&& run) {
   Context& c = op.ctx();
   TakePositions(op, walk);
-  using Staging = SelectConfig::Staging;
-  using Stores = StagingChooser::Stores;
-  const Staging mode = c.select_config() != nullptr ? c.select_config()->staging : Staging::kPlain;
   StagingChooser* chooser = c.staging_chooser();
-  Stores stores = mode == Staging::kStreaming ? Stores::kStreaming : Stores::kPlain;
-  const bool choose = mode == Staging::kAuto && chooser != nullptr && bytes >= StagingChooser::kMinBytes;
-  if (mode == Staging::kAuto) {
-    const GroupView view = c.View();
-    const Stores home = StagingStreamsFirst(view.switch_table, view.shares_cpus) ? Stores::kStreaming : Stores::kPlain;
-    stores = choose ? chooser->Choose(kind, bytes, home) : home;
-  }
+  const bool choose = StagingMode(c) == Staging::kAuto && chooser != nullptr && bytes >= StagingChooser::kMinBytes;
+  Stores stores = UntimedStores(c);
+  if (choose) stores = chooser->Choose(kind, bytes, stores);
   walk.stage_streaming = stores == Stores::kStreaming;
   if (walk.stage_streaming) c.NoteStreamingStages();
   const int64_t start = choose ? OpNanos() : 0;
@@ -515,17 +525,22 @@ Status BroadcastPipe(Context& c, const OpArgs& a) {
   const auto* src = static_cast<const uint8_t*>(a.send);
   auto* dst = static_cast<uint8_t*>(a.recv);
   const bool streaming = walk.streaming;
+  // Large broadcasts stage with streaming stores: the receivers then read
+  // the chunks from memory instead of out of the root's cache, which an
+  // earlier host ran 1.1-2.5x slower. Smaller ones stage as the other
+  // walks do when they are not timed (UntimedStores; the root's walk is
+  // not timed, and its time would be mostly its receivers'): on the Zen 5
+  // table with a core per rank with streaming stores, there 1.17x-3.4x
+  // faster than plain ones at 128 KiB-2 MiB (docs/algorithms.md, "The
+  // pipe's store kind").
+  const bool stage_streaming = streaming || UntimedStores(c) == Stores::kStreaming;
+  if (is_root && stage_streaming) c.NoteStreamingStages();
   for (uint64_t k = 0; k < walk.steps; ++k) {
     const size_t m = ChunkAt(whole, k, chunk);
     uint8_t* stage = op.pipe(root) + walk.Parity(root, k) * chunk * es;
     if (is_root) {
       if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
-      // Large broadcasts stage with streaming stores: the receivers then
-      // read the chunks from memory instead of out of the root's cache,
-      // which this AMD host ran 1.1-2.5x slower (docs/algorithms.md). The
-      // other walks choose their staging at run time (RunStaged): there
-      // streaming stores were slower outside the slow spells.
-      kernels::CopyBytes(stage, src + k * chunk * es, m * es, /*nontemporal=*/streaming);
+      kernels::CopyBytes(stage, src + k * chunk * es, m * es, /*nontemporal=*/stage_streaming);
       op.SetProgress(k + 1);
       if (src != dst) kernels::CopyBytes(dst + k * chunk * es, src + k * chunk * es, m * es, streaming);
     } else {

@@ -843,6 +843,54 @@ TEST(CommPipeTest, StagingStoreKindsMatchReference) {
   }
 }
 
+// A broadcast's root stages as the pipe's untimed walks do below 4 MiB of
+// buffer (CHOIR_SHM_STAGING's fixed kind, or under auto the table's home
+// kind: streaming on amd-zen5 with a core per rank) and with streaming
+// stores from 4 MiB with any kind; receivers stage nothing. Exact results
+// from every root, in place and not, 2 and 3 ranks.
+TEST(CommPipeTest, BroadcastRootStagesWithTheUntimedKind) {
+  for (const auto& [staging, tuning] : {std::pair<const char*, const char*>{"auto", "amd"}, {"auto", "amd-zen5"},
+                                        {"plain", "amd-zen5"}, {"streaming", "amd"}}) {
+    params::ScopedOverride stores("CHOIR_SHM_STAGING", staging);
+    params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);
+    for (int n : {2, 3}) {
+      auto results = RunRanks(n, [&](Communicator& comm) -> Status {
+        const std::string mode = staging;
+        const bool home_streams = std::string(tuning) == "amd-zen5" && !RanksShareCpus(comm);
+        const bool small_streams = mode == "streaming" || (mode == "auto" && home_streams);
+        CallOptions pipe;
+        pipe.algorithm = "shm_pipe";
+        for (size_t count : {size_t{70001}, size_t{1200001}}) {  // 280 KB and 4.8 MB of float32
+          const bool large = count * sizeof(float) >= (4u << 20);
+          for (int root = 0; root < comm.size(); ++root) {
+            for (bool in_place : {false, true}) {
+              std::vector<float> in(count), out(count, -1.0f);
+              for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(i % 1000 + static_cast<size_t>(root));
+              if (in_place && comm.rank() == root) out = in;
+              const void* send = in_place ? out.data() : in.data();
+              Work w = comm.Broadcast(send, out.data(), count, DataType::kFloat32, root, pipe);
+              CHOIR_RETURN_IF_ERROR(w.Wait());
+              const std::string where = fmt::format("{} floats from root {}{}", count, root, in_place ? " in place" : "");
+              const bool want = comm.rank() == root && (large || small_streams);
+              if (w.info().streaming_stages != want) {
+                return Status(Code::kInternal, where + ": streaming_stages " + std::to_string(w.info().streaming_stages));
+              }
+              for (size_t i = 0; i < count; ++i) {
+                if (out[i] != in[i]) {
+                  return Status(Code::kInternal, fmt::format("{}: out[{}] = {}, want {}", where, i, out[i], in[i]));
+                }
+              }
+            }
+          }
+        }
+        return Status::Ok();
+      }, TransportOptions("shm", 120s));
+      SCOPED_TRACE(std::to_string(n) + " ranks, CHOIR_SHM_STAGING=" + staging + ", CHOIR_SHM_TUNING=" + tuning);
+      ExpectAllOk(results);
+    }
+  }
+}
+
 TEST(CommPipeTest, BadPipeSizeIsAnInvalidSettingNamingIt) {
   // Out of the setting's range: refused where it is set.
   const Status refused = SetSetting("CHOIR_SHM_PIPE_BYTES", "2G");
