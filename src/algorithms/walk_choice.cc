@@ -117,6 +117,7 @@ StagingChooser::Stores OtherKind(StagingChooser::Stores s) {
 StagingChooser::Stores StagingChooser::StartTry(Entry& e, uint64_t calls) {
   e.try_left = calls - 1;
   e.fresh = true;
+  e.judge = true;
   return OtherKind(e.in_use);
 }
 
@@ -162,10 +163,15 @@ StagingChooser::Stores StagingChooser::Choose(CollKind kind, size_t bytes, Store
     // touches: 3.5 ns per byte against 0.2 in a 1 MiB allreduce).
     const double margin = e.in_use == home ? kAwayMargin : kHomeMargin;
     const bool measured = e.kinds[static_cast<size_t>(e.in_use)].kept >= 2;
-    if (measured && alt < margin * use) {
+    if (measured && e.judge) {  // the first decision after a try
+      e.judge = false;
+      e.leads = alt < kLeadMargin * use ? e.leads + 1 : 0;
+    }
+    if (measured && (alt < margin * use || (e.leads >= kLeadTries && alt < kLeadMargin * use))) {
       e.in_use = OtherKind(e.in_use);
       in_use = alt;
       e.ref = alt;
+      e.leads = 0;
     }
     preferred_ = e.in_use;
     decided_ = true;

@@ -227,6 +227,13 @@ std::vector<int> TryCalls(int from, int to, int period) {
   return calls;
 }
 
+// The calls [from, to).
+std::vector<int> Range(int from, int to) {
+  std::vector<int> calls;
+  for (int c = from; c < to; ++c) calls.push_back(c);
+  return calls;
+}
+
 std::vector<int> Concat(std::vector<int> a, const std::vector<int>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -252,23 +259,45 @@ TEST(StagingChooserTest, StreamingTakesOverAtOnceWhenFasterAndIsLeftOnlyForRareT
             Concat({0, 3, 4, 5}, TryCalls(6, 2 * kStageRarePeriod, kStageRarePeriod)));
 }
 
-TEST(StagingChooserTest, StreamingMustRunInHalfThePlainTime) {
-  // Streaming at 0.51x of plain's time: tried, never taken; at 0.49x taken
-  // once measured.
+// The kind that is not home takes over at once in less than half the
+// home kind's time, or on a lead of two tries in a row below 0.8 of it:
+// from the first decision after the first periodic try (calls 32-34; calls
+// 1-2 were the first try), call 35. At 0.81 of it, never.
+TEST(StagingChooserTest, StreamingTakesOverInHalfThePlainTimeOrOnASteadyLead) {
+  auto plain_calls = [](int64_t streaming) {
+    StagingChooser c;
+    const auto kinds = DriveStaging(c, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
+                                    [streaming](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : streaming; });
+    return CallsTaking(kinds, Stores::kPlain);
+  };
+  const std::vector<int> after_two_tries = Concat({0, 3, 4, 5}, Concat(Range(6, 32), TryCalls(35, 3 * kStagePeriod, kStagePeriod)));
+  EXPECT_EQ(plain_calls(49'000), Concat({0, 3, 4, 5}, TryCalls(6, 3 * kStagePeriod, kStageRarePeriod)));
+  EXPECT_EQ(plain_calls(51'000), after_two_tries);
+  EXPECT_EQ(plain_calls(79'000), after_two_tries);
   StagingChooser close;
   const auto kept = DriveStaging(close, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
-                                 [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 51'000; });
+                                 [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 81'000; });
   EXPECT_EQ(CallsTaking(kept, Stores::kStreaming), Concat({1, 2}, TryCalls(5, 3 * kStagePeriod, kStagePeriod)));
-  StagingChooser ahead;
-  const auto taken = DriveStaging(ahead, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
-                                  [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : 49'000; });
-  EXPECT_EQ(CallsTaking(taken, Stores::kPlain), Concat({0, 3, 4, 5}, TryCalls(6, 3 * kStagePeriod, kStageRarePeriod)));
+}
+
+// A lead in one try and not in the next is no steady lead; two tries in a
+// row after an even one are.
+TEST(StagingChooserTest, ALeadMustHoldForTwoTriesInARow) {
+  StagingChooser c;
+  const auto kinds = DriveStaging(c, CollKind::kAllreduce, kBytes, 3 * kStagePeriod, [](int call, Stores s) -> int64_t {
+    if (s == Stores::kPlain) return 100'000;
+    return call < 10 || call >= 64 ? 70'000 : 100'000;  // ahead in calls 1-2 and in the tries at 96 and 160
+  });
+  // Even in the try at 32: the lead starts again; ahead at 96 and 160:
+  // streaming from 163.
+  EXPECT_EQ(CallsTaking(kinds, Stores::kStreaming), Concat({1, 2, 32, 33, 34, 96, 97, 98}, Range(160, 3 * kStagePeriod)));
 }
 
 // Where streaming stores are home (the Zen 5 table), the choice mirrors
 // the plain-first one: streaming from the start, plain measured in calls
-// 1-2 and tried once per period, taken only in less than half the time.
-TEST(StagingChooserTest, StreamingAtHomeStartsStreamingAndPlainMustRunInHalfItsTime) {
+// 1-2 and tried once per period, taken in less than half the time or on a
+// steady lead.
+TEST(StagingChooserTest, StreamingAtHomeStartsStreamingAndPlainTakesOverAsStreamingDoesElsewhere) {
   StagingChooser faster;
   const auto kept = DriveStaging(
       faster, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
@@ -277,8 +306,15 @@ TEST(StagingChooserTest, StreamingAtHomeStartsStreamingAndPlainMustRunInHalfItsT
   StagingChooser close;
   const auto still = DriveStaging(
       close, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
-      [](int, Stores s) -> int64_t { return s == Stores::kStreaming ? 100'000 : 51'000; }, Stores::kStreaming);
+      [](int, Stores s) -> int64_t { return s == Stores::kStreaming ? 100'000 : 81'000; }, Stores::kStreaming);
   EXPECT_EQ(CallsTaking(still, Stores::kPlain), Concat({1, 2}, TryCalls(5, 3 * kStagePeriod, kStagePeriod)));
+  // Plain steadily ahead (0.7x): taken after the second try in a row.
+  StagingChooser lead;
+  const auto led = DriveStaging(
+      lead, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
+      [](int, Stores s) -> int64_t { return s == Stores::kStreaming ? 100'000 : 70'000; }, Stores::kStreaming);
+  EXPECT_EQ(CallsTaking(led, Stores::kStreaming),
+            Concat({0, 3, 4, 5}, Concat(Range(6, 32), TryCalls(35, 3 * kStagePeriod, kStagePeriod))));
   StagingChooser ahead;
   const auto taken = DriveStaging(
       ahead, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
