@@ -139,13 +139,6 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const voi
   return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes, op.AllShared(), false, {}};
 }
 
-// Runs run(walk), a walk that stages into every local rank's pipe, from the
-// positions TakePositions gives it, with the store kind of its staging as
-// CHOIR_SHM_STAGING says: fixed, or (auto) the communicator's
-// StagingChooser's choice for `kind` and `bytes` (the whole buffer) from
-// StagingChooser::kMinBytes on, timed for it (smaller walks stage with the
-// host's home kind: streaming stores where the switch table says they
-// come first, plain ones elsewhere).
 using Staging = SelectConfig::Staging;
 using Stores = StagingChooser::Stores;
 
@@ -163,6 +156,11 @@ Stores UntimedStores(const Context& c) {
   return StagingStreamsFirst(view.switch_table, view.shares_cpus) ? Stores::kStreaming : Stores::kPlain;
 }
 
+// Runs run(walk), a walk that stages into every local rank's pipe, from the
+// positions TakePositions gives it, with the store kind of its staging as
+// CHOIR_SHM_STAGING says: fixed, or (auto) from StagingChooser::kMinBytes
+// of `bytes` (the whole buffer) on the communicator's StagingChooser's
+// choice for `kind` and `bytes`, timed for it (smaller walks: UntimedStores).
 template <typename Run>
 Status RunStaged(AreaOp& op, CollKind kind, size_t bytes, Walk walk, Run&& run) {
   Context& c = op.ctx();
@@ -527,12 +525,11 @@ Status BroadcastPipe(Context& c, const OpArgs& a) {
   const bool streaming = walk.streaming;
   // Large broadcasts stage with streaming stores: the receivers then read
   // the chunks from memory instead of out of the root's cache, which an
-  // earlier host ran 1.1-2.5x slower. Smaller ones stage as the other
-  // walks do when they are not timed (UntimedStores; the root's walk is
-  // not timed, and its time would be mostly its receivers'): on the Zen 5
-  // table with a core per rank with streaming stores, there 1.17x-3.4x
-  // faster than plain ones at 128 KiB-2 MiB (docs/algorithms.md, "The
-  // pipe's store kind").
+  // earlier host ran 1.1-2.5x slower. Smaller ones stage as untimed walks
+  // do (UntimedStores; the root's walk is not timed: its time would be
+  // mostly its receivers'). That is streaming on the Zen 5 table with a
+  // core per rank, where it ran 1.26x-3.12x faster than plain stores at
+  // 128 KiB-2 MiB (docs/algorithms.md, "The pipe's store kind").
   const bool stage_streaming = streaming || UntimedStores(c) == Stores::kStreaming;
   if (is_root && stage_streaming) c.NoteStreamingStages();
   for (uint64_t k = 0; k < walk.steps; ++k) {

@@ -157,7 +157,8 @@ class WalkChooser {
 // use, left only once it has two figures of its own, until the other's
 // figure is below kAwayMargin (for the kind that is not home) or
 // kHomeMargin (for the home kind) times its own, or below kLeadMargin
-// times it after kLeadTries tries in a row, and a try of kTryCalls
+// times it in kLeadTries tries in a row (kLeadSpacing calls apart at
+// least), and a try of kTryCalls
 // calls of the other kind comes once per kExplorePeriod calls
 // (kRareExplorePeriod when the
 // other kind measured at least twice as slow), and at once when the kind
@@ -205,14 +206,18 @@ class StagingChooser {
   static constexpr double kAwayMargin = 0.5;
   static constexpr double kHomeMargin = 1.0;
   // A steady lead takes over too: the other kind below kLeadMargin times
-  // the kind in use in kLeadTries tries in a row (the first calls of a
-  // launch count for one try at most). On the Zen 5 VM plain staging ran
+  // the kind in use in kLeadTries tries in a row, each begun at least
+  // kLeadSpacing calls after the last one that counted (so the tries a
+  // class's first calls start, at calls 1-2 or on a change, count for one
+  // at most: there either kind measured 1.5-1.8x the other by chance, see
+  // kAwayMargin). On the Zen 5 VM plain staging ran
   // 1.13x-1.92x faster than streaming, the home kind there, in every cell
   // of 2026-12-05 (256 KiB-16 MiB, five collectives), while on 2026-12-04
   // it had run 1.19x-2.49x slower; under the half-time margin alone auto
   // kept streaming (docs/algorithms.md, "The pipe's store kind").
   static constexpr double kLeadMargin = 0.8;
   static constexpr int kLeadTries = 2;
+  static constexpr uint64_t kLeadSpacing = kExplorePeriod / 4;
   // Under auto, smaller walks (the whole buffer) stage with the home kind
   // and are not timed (CHOIR_SHM_STAGING=streaming streams every size).
   static constexpr size_t kMinBytes = 256 * 1024;
@@ -234,8 +239,10 @@ class StagingChooser {
     int last = -1;          // the Stores of the last call recorded (-1: none)
     double ref = 0;         // the figure of the kind in use when the other was last tried
     bool neighbour_ref = false;  // ref is still the smaller size's figure
-    bool judge = false;     // a try's figures still to be compared with the kind in use's
+    bool judge = false;     // a try's figure, recorded, still to be compared with the kind in use's
     int leads = 0;          // tries in a row in which the other kind measured below kLeadMargin
+    uint64_t try_start = 0;   // the call that began the last try
+    uint64_t lead_start = 0;  // the call that began the last try counted in `leads`
   };
   static size_t KindIndex(CollKind kind);  // callers pass only the five kinds above
   Entry& At(CollKind kind, size_t bytes);
