@@ -261,10 +261,11 @@ uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus) {
   // one pass) (docs/algorithms.md). Zen 5, a core per rank (7 launches per
   // pass, two passes): with 256 KiB blocks pushing 1.17x and 1.13x faster,
   // with 512 KiB-1 MiB blocks level (0.95x-1.05x), with 2 MiB blocks
-  // pulling 1.11x and 1.01x; so Zen 3's limit holds there. Elsewhere the owner pushing measured
-  // faster (a gather's blocks 1.2x-2.2x from 256 KiB on the Intel host:
-  // docs/performance.md, "Mid-size calls and 4-rank scaling"). Only 2 ranks
-  // were measured; ranks that share cores keep pushing.
+  // pulling 1.11x and 1.01x; so Zen 3's limit holds there. Elsewhere the
+  // owner pushing measured faster (a gather's blocks 1.2x-2.2x from 256
+  // KiB on the Intel host: docs/performance.md, "Mid-size calls and 4-rank
+  // scaling"). Only 2 ranks were measured; ranks that share cores keep
+  // pushing.
   if (shares_cpus) return 4 * kMiB;
   if (table == SwitchTable::kAmdZen4) return 1 * kMiB;
   if (table == SwitchTable::kAmd || table == SwitchTable::kAmdZen5) return 512 * kKiB;

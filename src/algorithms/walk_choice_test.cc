@@ -410,6 +410,21 @@ TEST(StagingChooserTest, OneSlowCallDoesNotMoveTheChoice) {
 // touches) tries the other kind at once, but the kind in use is kept: its
 // second figure shows it faster (and, being 20x faster than the first,
 // starts one more try).
+TEST(StagingChooserTest, OneSlowFirstFigureDoesNotHandTheClassOver) {
+  StagingChooser c;
+  DriveStaging(
+      c, CollKind::kAllreduce, kBytes, 10, [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 150'000 : 100'000; },
+      Stores::kStreaming);
+  const auto kinds = DriveStaging(
+      c, CollKind::kAllreduce, 4 * kBytes, kStagePeriod / 2 - 1,
+      [](int call, Stores s) -> int64_t {
+        if (call == 1) return 8'000'000;  // 20x the usual time
+        return s == Stores::kPlain ? 600'000 : 400'000;
+      },
+      Stores::kStreaming);
+  EXPECT_EQ(CallsTaking(kinds, Stores::kPlain), (std::vector<int>{2, 3, 4, 7, 8, 9}));
+}
+
 // Tries close together count as one lead: the two a slow first figure
 // starts (calls 2-4 and 7-9, as above) find plain ahead at 0.75x, but
 // plain takes over only after the periodic try at 32-34 leads too.
@@ -426,21 +441,6 @@ TEST(StagingChooserTest, TriesCloseTogetherCountAsOneLead) {
       },
       Stores::kStreaming);
   EXPECT_EQ(CallsTaking(kinds, Stores::kPlain), Concat({2, 3, 4, 7, 8, 9, 32, 33, 34}, Range(35, kStagePeriod)));
-}
-
-TEST(StagingChooserTest, OneSlowFirstFigureDoesNotHandTheClassOver) {
-  StagingChooser c;
-  DriveStaging(
-      c, CollKind::kAllreduce, kBytes, 10, [](int, Stores s) -> int64_t { return s == Stores::kPlain ? 150'000 : 100'000; },
-      Stores::kStreaming);
-  const auto kinds = DriveStaging(
-      c, CollKind::kAllreduce, 4 * kBytes, kStagePeriod / 2 - 1,
-      [](int call, Stores s) -> int64_t {
-        if (call == 1) return 8'000'000;  // 20x the usual time
-        return s == Stores::kPlain ? 600'000 : 400'000;
-      },
-      Stores::kStreaming);
-  EXPECT_EQ(CallsTaking(kinds, Stores::kPlain), (std::vector<int>{2, 3, 4, 7, 8, 9}));
 }
 
 TEST(StagingChooserTest, TheColdFirstCallIsDropped) {
