@@ -132,7 +132,7 @@ Status CmaAllgatherWith(AreaOp& op, const uint8_t* own, uint8_t* buf, const Bloc
   // The owner copies its block into its own output and pushes it a
   // cache-sized piece at a time, so that it reads its input from memory once
   // (SharedBuffers 1.10x-1.35x faster from 4 MiB, heap 1.15x-1.18x at
-  // 1-4 MiB: docs/performance.md, "Mid-size calls and 4-rank scaling").
+  // 1-4 MiB: docs/performance-log.md, "Mid-size calls and 4-rank scaling").
   // A block the peers pull is copied in one piece.
   const size_t bytes = mine.count * es;
   uint8_t* my_dst = buf + mine.offset * es;

@@ -38,7 +38,7 @@ constexpr int kReducePieceSlot = 3;  // Scratch: not a slot of the steps (0) or 
 // costs what writing it costs and combining an input 0.2 of that:
 //   w * ((n-1) + 0.2n) = (n-1) + 0.2n + 1,   w = 1 + 1/(1.2n - 1),
 // 1.71 for 2 ranks, 1.26 for 4. With 2 ranks, 1.13x-1.39x faster than even
-// slices at 64 KiB-4 MiB (docs/performance.md, "Mid-size calls and 4-rank
+// slices at 64 KiB-4 MiB (docs/performance-log.md, "Mid-size calls and 4-rank
 // scaling").
 // The root's slice is a multiple of 16 elements long.
 Blocks ReduceSlices(size_t count, int n, int root) {
@@ -77,7 +77,7 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
   // phase, no waiting on a peer's progress); beyond, the peers pull the
   // finished slices so that their copies can use streaming stores
   // (process_vm_writev's stores into the peer are not streaming and cost
-  // about as much as the pull: docs/performance.md). Into SharedBuffers the
+  // about as much as the pull: docs/performance-log.md). Into SharedBuffers the
   // owner always pushes, with plain stores below
   // SharedReduceStreamingBytes and streaming stores beyond.
   const bool shared = op.AllShared();
@@ -210,7 +210,7 @@ Status GatherCma(Context& c, const OpArgs& a) {
   // Every rank writes its block into the root's output itself, all at once
   // (process_vm_writev), while the root copies its own: 1.2x-2.4x faster
   // than the root reading the blocks one after another from 256 KiB to
-  // 256 MiB, with 2 and 4 ranks (docs/performance.md, "Mid-size calls and
+  // 256 MiB, with 2 and 4 ranks (docs/performance-log.md, "Mid-size calls and
   // 4-rank scaling").
   if (c.rank() == a.root) {
     CopyIfDistinct(static_cast<uint8_t*>(a.recv) + static_cast<size_t>(a.root) * block, a.send, block);

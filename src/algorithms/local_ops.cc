@@ -256,7 +256,7 @@ Status MoveRemote(bool write, int pid, int peer_rank, uint8_t* local, uint64_t r
 // The kernel copies with the string instruction kernels::CopyAliased warns
 // about, so a transfer whose destination lies 1 to 63 bytes after its source
 // modulo 4 KiB runs several times slower: process_vm_readv of 256 KiB at 1.5
-// against 9.9 GB/s here (docs/performance.md, "Copies 4 KiB apart"). Such a
+// against 9.9 GB/s here (docs/performance-log.md, "Copies 4 KiB apart"). Such a
 // transfer goes through a buffer placed at the remote address's offset in
 // its page, in pieces that stay in the cache: the kernel copies between equal
 // offsets, and the aliased copy is a vector loop in this process.

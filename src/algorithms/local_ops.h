@@ -201,18 +201,18 @@ inline constexpr size_t kCmaChunkBytes = 512 * 1024;   // per peer: fits the L2 
 inline constexpr size_t kStreamingBytes = 4u << 20;     // larger outputs bypass the caches
 // One kernel copy straight into the destination measured faster than a copy
 // through the cache plus streaming stores up to 32-64 MiB (broadcast 16 MiB:
-// 15-17 against 11-14 GB/s; docs/performance.md).
+// 15-17 against 11-14 GB/s; docs/performance-log.md).
 inline constexpr size_t kDirectCopyMaxBytes = 64u << 20;
 // An in-place broadcast root writes a share into every receiver from here
 // on (BroadcastCma). At 256 KiB before; the share measured 1.26x–1.54x faster
-// at 64–128 KiB too (docs/performance.md, "Mid-size calls and 4-rank scaling").
+// at 64–128 KiB too (docs/performance-log.md, "Mid-size calls and 4-rank scaling").
 inline constexpr size_t kRootShareMinBytes = 32 * 1024;
 // With every rank's buffers in SharedBuffers, the owner of a slice always
 // pushes it, with streaming stores from the size of the whole buffer this
 // returns: once the host's ranks' buffers (2 x local_ranks x bytes) no longer
 // fit the last-level cache of `l3_bytes`, within 8-32 MiB; 8 MiB when the
 // ranks share cores; 32 MiB when the cache size is unknown (0). Measured
-// (docs/performance.md): on the Intel host (260 MiB L3) plain stores were
+// (docs/performance-log.md): on the Intel host (260 MiB L3) plain stores were
 // ahead at 16 MiB with a core per rank (7.85 against 6.3 GB/s) and streaming
 // from 8 MiB ahead with 4 ranks on 2 cores ("Mid-size calls and 4-rank
 // scaling"); on the AMD host (32 MiB L3) streaming from 8 MiB was 1.33x

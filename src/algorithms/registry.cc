@@ -27,7 +27,8 @@ const std::vector<Algorithm>& AllAlgorithms() {
       {"ring", CollKind::kAllreduce, AllreduceRing, "2(n-1) steps, 2(n-1)/n*N bytes", nullptr, "", PredictRingAllreduce},
       {"shm_flat", CollKind::kReduceScatter, ReduceScatterFlat, kFlatCost, FlatUsable, kFlatNeeds},
       {"cma", CollKind::kReduceScatter, ReduceScatterCma, kCmaCost, CmaUsable, kCmaNeeds},
-      // Measured no faster than cma for reduce_scatter (docs/performance.md): used when cma is not allowed.
+      // Measured no faster than cma for reduce_scatter (docs/performance-log.md): used when cma
+      // is not allowed.
       {"shm_pipe", CollKind::kReduceScatter, ReduceScatterPipe, kPipeCost, PipeUsable, kPipeNeeds},
       {"hier", CollKind::kReduceScatter, ReduceScatterHier, kHierCost, HierUsable, kHierNeeds, PredictHierGather},
       {"ring", CollKind::kReduceScatter, ReduceScatterRing, "n-1 steps, (n-1)/n*N bytes", nullptr, "", PredictRingCollective},

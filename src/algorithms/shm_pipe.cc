@@ -39,7 +39,7 @@
 //
 // Against cma, which copies through the kernel (process_vm_readv ran at
 // 5.3-5.6 GB/s per core on the Intel host, 8.5-9.4 on the AMD one:
-// docs/performance.md), every copy is a user-space vector copy of data that
+// docs/performance-log.md), every copy is a user-space vector copy of data that
 // is still in a cache, and the memory traffic is the minimum: read the
 // input once, write the output once. Reductions combine the ranks in rank
 // order, so every rank gets bit-identical results.
@@ -97,7 +97,7 @@ struct Walk {
   // of the stage instead of the input 77-78 us against 36-37. `choir perf
   // -n 2 --op allgather --algo shm_pipe`, 7 interleaved launches, median
   // busbw: 1-4 MiB 10.1-10.5 GB/s against 5.7-6.3 before; allreduce 512
-  // KiB-4 MiB 1.05x-1.21x (docs/performance.md, "The pipe's own copies").
+  // KiB-4 MiB 1.05x-1.21x (docs/performance-log.md, "The pipe's own copies").
   std::vector<uint64_t> first_parity;
   uint64_t Parity(int owner, uint64_t k) const { return (first_parity[static_cast<size_t>(owner)] + k) & 1; }
 };

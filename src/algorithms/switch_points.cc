@@ -43,7 +43,7 @@ size_t IntelFlatLimitWithCma(CollKind kind, bool shares_cpus) {
 // 32 MiB); from there the pipe's single pass over memory won (allreduce
 // 16 MiB 1.08-1.27x, allgather 64 MiB 1.27-1.30x). When the ranks share
 // cores, cma's waits for its peers cost time slices and the pipe won from
-// 1 MiB (allgather 4 MiB): docs/performance.md, "cma or shm_pipe". For
+// 1 MiB (allgather 4 MiB): docs/performance-log.md, "cma or shm_pipe". For
 // reduce_scatter cma measured 1.38x faster at 16 MiB: the pipe only runs it
 // without single copy.
 uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
@@ -70,7 +70,7 @@ uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
 // hold reduce to 64 KiB, where they ran 2.1x faster than the pipe (`choir
 // perf -n 2 --op reduce --algo shm_flat|shm_pipe`, 7 interleaved launches
 // of 1000 calls, median busbw 12.0 (1.7-13.2) against 5.65 (1.43-7.20)
-// GB/s; 32 KiB 6.6 against 7.2; docs/performance.md).
+// GB/s; 32 KiB 6.6 against 7.2; docs/performance-log.md).
 //
 // The Zen 5 host (EPYC, family 26 model 2), a core per rank: the slots won
 // up to 64 KiB for every collective, as much as they hold (64 KiB of
@@ -121,7 +121,7 @@ size_t AmdFlatLimit(SwitchTable table, CollKind kind, bool shares_cpus) {
 // shm_pipe|cma`, 7 interleaved launches of 100 calls, median busbw GB/s,
 // pipe against cma: 256 KiB 5.57 against 7.03, 512 KiB 6.04 against 6.86,
 // 1 MiB 10.1 against 7.14, 2 MiB 10.2 against 7.39, 4 MiB 10.5 against 7.07
-// (docs/performance.md, "The pipe's own copies"). Before that change:
+// (docs/performance-log.md, "The pipe's own copies"). Before that change:
 // `choir perf -n 2 --op allgather|alltoall --algo cma` against the Zen 3
 // table, 7 interleaved launches of 100 calls, mean µs per call, median
 // (min-max): allgather 256 KiB 21.2 (16.1-25.8) against 31.0 (28.9-100),
@@ -138,7 +138,7 @@ size_t AmdFlatLimit(SwitchTable table, CollKind kind, bool shares_cpus) {
 // (7.21-8.39) against 5.29 (1.50-5.57) GB/s, 256 KiB 7.96 against 6.50 and
 // 8.03 against 6.42, 512 KiB 7.84 against 8.50, 1 MiB 7.98 against 14.7;
 // the pipe's slow launches (0.85-1.6 GB/s at 64-128 KiB) are the host's slow
-// spells (docs/performance.md, "Three speeds of the same host"), which cma's
+// spells (docs/performance-log.md, "Three speeds of the same host"), which cma's
 // kernel copies do not show. Measured with 2 ranks only (a 2-vCPU host):
 // larger groups with a core per rank take the same limits unmeasured.
 //
@@ -244,7 +244,7 @@ bool StagingStreamsFirst(SwitchTable table, bool shares_cpus) {
   // against 4.85), and at 64-512 KiB (100 calls) 1.0x-1.9x but for
   // reduce_scatter at 64-128 KiB (0.96x-0.98x). 4 ranks on the 2 cores,
   // 5 launches at 256 KiB-16 MiB: 0.80x-1.75x, mostly level; they keep
-  // plain stores first. docs/performance.md, "The AMD EPYC Zen 5 host".
+  // plain stores first. docs/performance-log.md, "The AMD EPYC Zen 5 host".
   return table == SwitchTable::kAmdZen5 && !shares_cpus;
 }
 
@@ -263,7 +263,7 @@ uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus) {
   // with 512 KiB-1 MiB blocks level (0.95x-1.05x), with 2 MiB blocks
   // pulling 1.11x and 1.01x; so Zen 3's limit holds there. Elsewhere the
   // owner pushing measured faster (a gather's blocks 1.2x-2.2x from 256
-  // KiB on the Intel host: docs/performance.md, "Mid-size calls and 4-rank
+  // KiB on the Intel host: docs/performance-log.md, "Mid-size calls and 4-rank
   // scaling"). Only 2 ranks were measured; ranks that share cores keep
   // pushing.
   if (shares_cpus) return 4 * kMiB;

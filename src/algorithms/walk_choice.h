@@ -78,7 +78,7 @@ class WalkChooser {
   static constexpr uint64_t kRareExplorePeriod = 128;
   // The kernel copy wins below 0.8x the pipe's time, so that close figures
   // keep the pipe. Measured on the AMD VM (2 ranks, 256 KiB-4 MiB of buffer,
-  // launches of one walk, medians): cma/pipe 1.2-1.9 (docs/performance.md).
+  // launches of one walk, medians): cma/pipe 1.2-1.9 (docs/performance-log.md).
   static constexpr double kKernelMargin = 0.8;
   // The walk in use getting this much slower since the last try (or since
   // it last got faster) makes the next call a try.
@@ -129,14 +129,14 @@ class WalkChooser {
 // other vCPU has just written runs in some spells, seconds to minutes
 // long, at a third to a quarter of its usual speed, and in others twice as
 // fast (a 256 KiB allgather through the pipe took 20-33 us per call in
-// some launches, 93-170 in others; docs/performance.md, "The pipe's
+// some launches, 93-170 in others; docs/performance-log.md, "The pipe's
 // launches run in modes"). Streaming staging is steady through the slow
 // spells, but slower for most walks outside them (allreduce, reduce and
 // alltoall 0.62-0.97x of plain's median busbw; docs/algorithms.md). Neither
 // kind is right for a whole job, so each rank measures both. On the AMD
 // EPYC Zen 5 VM it is the other way round: streaming staging ran
 // 1.2-2.5x faster at 1-256 MiB in every collective with a core per rank,
-// and level with 4 ranks on 2 cores (docs/performance.md, "The AMD EPYC
+// and level with 4 ranks on 2 cores (docs/performance-log.md, "The AMD EPYC
 // Zen 5 host"). So each call names the host's home kind
 // (StagingStreamsFirst in switch_points.h): plain stores but on that
 // table with a core per rank.

@@ -38,7 +38,7 @@ int64_t CoarseTickNanos();
 // time-stamp counter where the kernel itself keeps time with it (its clock
 // source is "tsc", so the counter is invariant and synchronized across CPUs):
 // 11-16 ns a reading instead of 25-38 ns for clock_gettime on the machine
-// of docs/performance.md, which an 8-byte collective pays twice. The counter's
+// of docs/performance-log.md, which an 8-byte collective pays twice. The counter's
 // rate is measured against CLOCK_MONOTONIC_RAW over the first 20 ms of the
 // process's use of this clock, from reading pairs no more than 2 µs apart
 // (until then it reads CLOCK_MONOTONIC_RAW).

@@ -140,7 +140,7 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
   // coarse reading, so never early, at most a tick late), and the operation
   // clock for the duration the metrics and WorkInfo report. Both are cheaper
   // than NowNanos(), which would cost an 8-byte collective 50-75 ns of its
-  // ~200 (docs/performance.md, "Per-call work").
+  // ~200 (docs/performance-log.md, "Per-call work").
   const int64_t start = CoarseNowNanos();
   const int64_t t0 = OpNanos();
   int64_t first_data_ns = 0;  // OpNanos() when data first had to be waited for

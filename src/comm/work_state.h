@@ -77,7 +77,7 @@ struct Work::State {
 // A new state for one operation. Its memory comes from a small per-thread
 // store of blocks that earlier states on this thread gave back, so a loop of
 // small collectives does not go through malloc and free every call (about
-// 150 of the small-message path's instructions: docs/performance.md,
+// 150 of the small-message path's instructions: docs/performance-log.md,
 // "The small-call path, counted"). A state freed on another thread goes to
 // that thread's store. Sanitizer builds allocate every state afresh, so that
 // a use after free is still caught.

@@ -3,7 +3,7 @@
 // that passes data between its ranks through the caches (shm_pipe, the
 // slots). On a VM whose virtual CPUs move between cores that share a cache
 // and cores that do not, the first figure changed 3x from launch to launch
-// while the second stayed (docs/performance.md, "The pipe for every large
+// while the second stayed (docs/performance-log.md, "The pipe for every large
 // collective, and launches at a third of the speed"): `choir doctor`
 // measures both so that a slow run can be told from a slow placement.
 //

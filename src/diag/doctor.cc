@@ -583,7 +583,7 @@ std::vector<CheckResult> JudgeHostFacts(const json& f) {
                     ""};
       // Eight runs on the AMD VM: 0.75-0.86 of the copy within a core in
       // seven, 0.30 in one, when its pipe collectives ran up to 3x slower
-      // (docs/performance.md).
+      // (docs/performance-log.md).
       if (o > 0 && x < 0.4 * o) {
         c.verdict = Verdict::kWarn;
         c.cause = fmt::format(

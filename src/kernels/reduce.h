@@ -70,7 +70,7 @@ void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal);
 // slower on AMD Zen 3 than between any others (measured: 16 KiB at
 // 1.2-1.9 GB/s against 36-48, memcpy of 256 KiB at 1.9 against 29, 1 MiB
 // unaffected; process_vm_readv of 256 KiB at 1.5 against 9.9;
-// docs/performance.md, "Copies 4 KiB apart"). The window measured slow is
+// docs/performance-log.md, "Copies 4 KiB apart"). The window measured slow is
 // 1-31 bytes; 63 leaves a margin.
 inline bool CopyAliased(const void* dst, const void* src) {
   const auto distance = (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) & 4095;
@@ -94,7 +94,7 @@ inline constexpr size_t kAliasedCopyMaxBytes = 1u << 20;
 // 256 KiB 1.20x; 7 launches); alone, with the source in this core's cache,
 // memcpy copied 48.3 GB/s at 512 KiB and the loop 48.2; in a later, mixed
 // state the allreduce ran 0.61x-0.96x of memcpy's medians at 1-4 MiB, its
-// slowest launches faster (docs/performance.md, "Copies between lines at
+// slowest launches faster (docs/performance-log.md, "Copies between lines at
 // different offsets"). So CopyBytes takes the
 // vector loop for such copies in [kMisalignedCopyMinBytes,
 // kMisalignedCopyMaxBytes) where SetMisalignedCopyRule turned the rule on:

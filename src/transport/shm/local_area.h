@@ -21,7 +21,7 @@
 // many operations ahead, so a stream of one-directional collectives is paced
 // by the slowest rank's work, not by round trips between the caches; the
 // small ring is deep (64) because that measured faster for streams of tiny
-// collectives on ranks that share cores (docs/performance.md, "A deeper
+// collectives on ranks that share cores (docs/performance-log.md, "A deeper
 // ring") and costs 32 KiB per rank.
 //
 // Large collectives without process_vm_readv, or where streaming through the
