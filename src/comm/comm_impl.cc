@@ -148,7 +148,7 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
   Status s = sticky();
   if (!s.ok()) {
     s = Status(s.code(), "this communicator already failed: " + s.message());
-  } else if (Status invalid = Validate(args); !invalid.ok()) {
+  } else if (Status invalid = ValidateOnce(args); !invalid.ok()) {
     s = invalid.WithContext("rank " + std::to_string(rank_) + ": " + algorithms::CollKindName(args.kind));
     Fail(s, /*local=*/true);
   } else {
@@ -180,6 +180,18 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
                      first_data_ns > t0 ? static_cast<double>(first_data_ns - t0) * 1e-9 : 0);
   if (!s.ok()) metrics_->RecordError(s.number());
   state->Complete(std::move(s), info);
+}
+
+Status CommImpl::ValidateOnce(const OpArgs& a) {
+  ValidCache& v = last_valid_;
+  if (v.set && v.kind == a.kind && v.send == a.send && v.recv == a.recv && v.count == a.count && v.dtype == a.dtype &&
+      v.op == a.op && v.root == a.root && v.peer == a.peer && v.tag == a.tag) {
+    return Status::Ok();
+  }
+  Status s = Validate(a);
+  const bool vcounts = a.kind == CollKind::kAllgatherV || a.kind == CollKind::kAlltoallV;
+  if (s.ok() && !vcounts) v = {true, a.kind, a.send, a.recv, a.count, a.dtype, a.op, a.root, a.peer, a.tag};
+  return s;
 }
 
 Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,

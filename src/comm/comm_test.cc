@@ -204,6 +204,53 @@ TEST(CommFailureTest, InvalidArgumentsGiveTheirCodeAndDoNotHangPeers) {
   }
 }
 
+// A call equal to the last valid one is not validated again
+// (CommImpl::ValidateOnce): a call that differs from it in any one argument
+// is, and fails with its own code.
+TEST(CommFailureTest, ACallLikeTheLastValidOneIsStillCheckedInEveryArgument) {
+  struct Case {
+    const char* what;
+    Code want;
+    std::function<Work(Communicator&, int32_t*)> valid, changed;
+  };
+  auto allreduce = [](DataType t, ReduceOp op, size_t recv_at, size_t count) {
+    return [=](Communicator& c, int32_t* b) { return c.Allreduce(b, b + recv_at, count, t, op); };
+  };
+  const std::vector<Case> cases = {
+      {"count", Code::kInvalidArgument, allreduce(DataType::kInt32, ReduceOp::kSum, 8, 8),
+       allreduce(DataType::kInt32, ReduceOp::kSum, 8, 9)},
+      {"data type", Code::kUnsupportedOp, allreduce(DataType::kInt32, ReduceOp::kBand, 8, 8),
+       allreduce(DataType::kFloat32, ReduceOp::kBand, 8, 8)},
+      {"reduce op", Code::kUnsupportedOp, allreduce(DataType::kFloat32, ReduceOp::kSum, 8, 8),
+       allreduce(DataType::kFloat32, ReduceOp::kBxor, 8, 8)},
+      {"receive buffer", Code::kInvalidArgument, allreduce(DataType::kInt32, ReduceOp::kSum, 8, 8),
+       allreduce(DataType::kInt32, ReduceOp::kSum, 4, 8)},
+      {"root", Code::kInvalidRank,
+       [](Communicator& c, int32_t* b) { return c.Broadcast(b, b + 8, 8, DataType::kInt32, 0); },
+       [](Communicator& c, int32_t* b) { return c.Broadcast(b, b + 8, 8, DataType::kInt32, 2); }},
+      // Rank 1's reduce_scatter is in place and valid: it hears of rank 0's
+      // error, with its code.
+      {"collective", Code::kInvalidArgument,
+       [](Communicator& c, int32_t* b) { return c.Allgather(b, b + 8, 8, DataType::kInt32); },
+       [](Communicator& c, int32_t* b) { return c.ReduceScatter(b, b + 8, 8, DataType::kInt32, ReduceOp::kSum); }},
+      {"send buffer", Code::kNullBuffer, allreduce(DataType::kInt32, ReduceOp::kSum, 8, 8),
+       [](Communicator& c, int32_t* b) { return c.Allreduce(nullptr, b + 8, 8, DataType::kInt32, ReduceOp::kSum); }},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    auto results = RunRanks(2, [&](Communicator& comm) -> Status {
+      std::vector<int32_t> buf(32, 1);
+      for (int i = 0; i < 3; ++i) CHOIR_RETURN_IF_ERROR(k.valid(comm, buf.data()).Wait());
+      Status s = k.changed(comm, buf.data()).Wait();
+      if (s.code() != k.want) {
+        return Status(Code::kInternal, fmt::format("want E{}, got {}", static_cast<int>(k.want), s.ToString()));
+      }
+      return Status::Ok();
+    });
+    ExpectAllOk(results);
+  }
+}
+
 // A rank that destroys its communicator says bye: peers that go on among
 // themselves are not disturbed by its closed connections (the exit race of a
 // job's last collective), and one that still expects data from it gets a
