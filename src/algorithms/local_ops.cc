@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 
@@ -92,6 +93,86 @@ void AreaOp::Publish(uint64_t bytes) {
   group_->history = NextHistory(history_, h->sig, h->count);
   h->id.store(id_, std::memory_order_release);
   group_->NotifyPeers();
+}
+
+namespace {
+// A line's flag: the operation id mixed with the writer's segment token
+// (64 random bits, never written after the segment is made), so that the
+// bytes an operation of the slots' own layout left in the line (any user
+// data) are taken for a flag only if they hold that value at that place.
+uint64_t LineFlag(uint64_t id, const transport::SegmentHeader* writer) { return id ^ writer->token; }
+// Lines of up to 392 bytes fit a small slot, the rest any full slot.
+static_assert(AreaOp::LineLayoutBytes(7 * AreaOp::kLinePayload) <= transport::kSmallSlotPayload);
+static_assert(AreaOp::LineLayoutBytes(AreaOp::kLinesMaxBytes) <= transport::kSlotMinCapacity);
+uint8_t* LineOf(transport::SlotHeader* h, size_t j) { return reinterpret_cast<uint8_t*>(h) + 64 * (j + 1); }
+std::atomic_ref<uint64_t> FlagOf(uint8_t* line) {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(line + AreaOp::kLinePayload));
+}
+size_t LinesFor(uint64_t bytes) { return static_cast<size_t>((bytes + AreaOp::kLinePayload - 1) / AreaOp::kLinePayload); }
+}  // namespace
+
+void AreaOp::PublishLines(const void* src, uint64_t bytes) {
+  // The header first: a reader that sees every line's flag sees it too.
+  transport::SlotHeader* h = header(me());
+  h->sig = ctx_->sig_word();
+  h->count = ctx_->sig_count();
+  h->bytes = static_cast<uint32_t>(bytes);
+  h->history = history_;
+  group_->history = NextHistory(history_, h->sig, h->count);
+  h->id.store(id_, std::memory_order_release);
+  const auto* in = static_cast<const uint8_t*>(src);
+  const uint64_t flag = LineFlag(id_, group_->headers[static_cast<size_t>(me())]);
+  for (size_t j = 0, n = LinesFor(bytes); j < n; ++j) {
+    uint8_t* line = LineOf(h, j);
+    const size_t at = j * kLinePayload;
+    std::memcpy(line, in + at, std::min<uint64_t>(kLinePayload, bytes - at));
+    FlagOf(line).store(flag, std::memory_order_release);
+  }
+  group_->NotifyPeers();
+}
+
+Status AreaOp::WaitLines(uint64_t bytes) {
+  const size_t lines = LinesFor(bytes);
+  int wrong = -1, elsewhere = -1;
+  auto owes = [&](int p) {
+    if (wrong >= 0 || elsewhere >= 0) return false;
+    transport::SlotHeader* h = header(p);
+    const uint64_t flag = LineFlag(id_, group_->headers[static_cast<size_t>(p)]);
+    bool all = true;
+    for (size_t j = 0; j < lines; ++j) all &= FlagOf(LineOf(h, j)).load(std::memory_order_acquire) == flag;
+    if (all) return false;
+    if (h->id.load(std::memory_order_acquire) == id_) {
+      // Published here under another signature: it writes no lines for this
+      // operation (CheckSignature names it below).
+      if (h->sig != ctx_->sig_word() || h->count != ctx_->sig_count()) wrong = p;
+      return wrong < 0;
+    }
+    if (InOtherRing(p)) elsewhere = p;
+    return elsewhere < 0;
+  };
+  // Already there (a peer that runs ahead): no wait to set up.
+  bool ready = true;
+  for (int p = 0; p < size(); ++p) ready &= p == me() || !owes(p);
+  if (!ready) CHOIR_RETURN_IF_ERROR(Wait(owes, "to arrive (same-host slots)", /*marks_data=*/true));
+  if (elsewhere >= 0) return OtherRingMismatch(elsewhere);
+  if (wrong >= 0) return CheckSignature(wrong, header(wrong));
+  group_->read_by_all = std::max(group_->read_by_all, id_ - 1);  // see Acquire
+  read_from_ = kReadAll;
+  for (int p = 0; p < size(); ++p) {
+    if (p == me()) continue;
+    CHOIR_RETURN_IF_ERROR(CheckSignature(p, header(p)));
+    ctx_->CountSharedRead(p, bytes);
+  }
+  return Status::Ok();
+}
+
+void AreaOp::ReadLines(int p, void* dst, uint64_t bytes) const {
+  transport::SlotHeader* h = header(p);
+  auto* out = static_cast<uint8_t*>(dst);
+  for (size_t j = 0, n = LinesFor(bytes); j < n; ++j) {
+    const size_t at = j * kLinePayload;
+    std::memcpy(out + at, LineOf(h, j), std::min<uint64_t>(kLinePayload, bytes - at));
+  }
 }
 
 Status AreaOp::CheckSignature(int p, const transport::SlotHeader* h) const {

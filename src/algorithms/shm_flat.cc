@@ -129,12 +129,55 @@ size_t FlatSlotBytes(const OpArgs& a, int n) {
 
 namespace {
 
+// An allreduce through flagged lines (AreaOp::LinesFit): the peers'
+// payloads are gathered into a local buffer, then combined in rank order
+// like the slots.
+Status AllreduceLines(AreaOp& op, Context& c, const OpArgs& a, size_t bytes) {
+  op.PublishLines(a.send, bytes);
+  CHOIR_RETURN_IF_ERROR(op.WaitLines(bytes));
+  const size_t n = static_cast<size_t>(op.size());
+  const size_t stride = (bytes + 63) / 64 * 64;
+  alignas(64) std::array<uint8_t, 4096> stack;
+  std::vector<uint8_t> heap;
+  uint8_t* gathered = stack.data();
+  if (n * stride > stack.size()) {
+    heap.resize(n * stride);
+    gathered = heap.data();
+  }
+  AllSlots srcs(op, 0);
+  for (size_t p = 0; p < n; ++p) {
+    uint8_t* at = gathered + p * stride;
+    if (static_cast<int>(p) == op.me()) {
+      // The output may alias the first input only (ReduceMany): in place,
+      // this rank's input is copied unless it is that one.
+      if (a.send != a.recv || p == 0) {
+        srcs.Set(p, a.send);
+        continue;
+      }
+      std::memcpy(at, a.send, bytes);
+    } else {
+      op.ReadLines(static_cast<int>(p), at, bytes);
+    }
+    srcs.Set(p, at);
+  }
+  kernels::ReduceMany(a.recv, srcs.data(), op.size(), a.count, c.dtype(), c.op());
+  FinishAverage(c, a.recv, a.count);
+  op.FinishReads();
+  return Status::Ok();
+}
+
 // Every rank publishes its input; the ranks that want the result (all of
 // them for allreduce, the root for reduce) combine every slot.
 Status ReduceSlots(Context& c, const OpArgs& a, bool want_result) {
-  AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t bytes = a.count * c.elem_size();
+  const bool lines = a.kind == CollKind::kAllreduce && AreaOp::LinesFit(bytes);
+  AreaOp op(c, lines ? AreaOp::LineLayoutBytes(bytes) : FlatSlotBytes(a, c.size()));
   CHOIR_RETURN_IF_ERROR(op.Acquire());
+  // Lines for allreduce alone: in the one-directional streams of reduce and
+  // broadcast a rank's own work per call paces the stream, not the wait,
+  // and lines measured level or slower there (docs/performance-log.md,
+  // "Flagged lines").
+  if (lines) return AllreduceLines(op, c, a, bytes);
   Copy(op.my_data(), a.send, bytes);
   op.Publish(bytes);
   if (want_result) {

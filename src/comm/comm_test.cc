@@ -362,6 +362,61 @@ TEST(CommTopologyTest, BadTopologyFileFailsCreationWithItsLine) {
 // collectives, counts, types and forced algorithms must each still get the
 // algorithm their own selection gives, with correct results.
 // Under every switch-point table, each with its own choices where they differ.
+// Small allreduces travel in flagged lines (AreaOp::PublishLines): exact
+// results at the lines' edges (56 bytes each; up to 392 bytes in a small
+// slot, up to 1 KiB in a full one, the slot's payload beyond), for 1-byte,
+// 4-byte and 8-byte elements, in place and not, with every rank's slot
+// reused by allgathers that leave their own bytes in the lines (the slots'
+// other layout) between the allreduces.
+TEST(CommFlatTest, AllreducesThroughFlaggedLinesAreExact) {
+  for (int n : {2, 3, 4}) {
+    auto results = RunRanks(n, [n](Communicator& comm) -> Status {
+      const int me = comm.rank();
+      for (const DataType t : {DataType::kInt8, DataType::kFloat32, DataType::kInt64}) {
+        const size_t es = DataTypeSize(t);
+        for (size_t bytes : {1, 8, 55, 56, 57, 112, 113, 200, 392, 400, 1000, 1024, 1032}) {
+          const size_t count = std::max<size_t>(1, bytes / es);
+          for (bool in_place : {false, true}) {
+            // Element j of rank r holds (j + r) % 5 + 1: sums stay small.
+            std::vector<uint8_t> in(count * es), out(count * es, 0xee);
+            auto value = [&](size_t j, int r) { return static_cast<int64_t>((j + static_cast<size_t>(r)) % 5 + 1); };
+            for (size_t j = 0; j < count; ++j) {
+              const int64_t v = value(j, me);
+              if (t == DataType::kInt8) in[j] = static_cast<uint8_t>(v);
+              if (t == DataType::kFloat32) reinterpret_cast<float*>(in.data())[j] = static_cast<float>(v);
+              if (t == DataType::kInt64) reinterpret_cast<int64_t*>(in.data())[j] = v;
+            }
+            uint8_t* dst = in_place ? in.data() : out.data();
+            CHOIR_RETURN_IF_ERROR(comm.Allreduce(in.data(), dst, count, t, ReduceOp::kSum).Wait());
+            for (size_t j = 0; j < count; ++j) {
+              int64_t want = 0;
+              for (int r = 0; r < n; ++r) want += value(j, r);
+              int64_t got = 0;
+              if (t == DataType::kInt8) got = static_cast<int8_t>(dst[j]);
+              if (t == DataType::kFloat32) got = static_cast<int64_t>(reinterpret_cast<const float*>(dst)[j]);
+              if (t == DataType::kInt64) got = reinterpret_cast<const int64_t*>(dst)[j];
+              if (got != want) {
+                return Status(Code::kInternal, fmt::format("{} B of {}{}: element {} is {}, want {}", bytes,
+                                                           DataTypeName(t), in_place ? " in place" : "", j, got, want));
+              }
+            }
+            // The next operations take the following slots with the slots'
+            // own layout, filling the lines with bytes that are not flags.
+            std::vector<uint8_t> block(count * es, static_cast<uint8_t>(0x40 + me)), all(block.size() * n);
+            CHOIR_RETURN_IF_ERROR(comm.Allgather(block.data(), all.data(), count * es, DataType::kUint8).Wait());
+            for (size_t i = 0; i < all.size(); ++i) {
+              if (all[i] != 0x40 + i / block.size()) return Status(Code::kInternal, "allgather between the allreduces");
+            }
+          }
+        }
+      }
+      return Status::Ok();
+    }, TransportOptions("shm", 10s));
+    SCOPED_TRACE(n);
+    ExpectAllOk(results);
+  }
+}
+
 TEST(CommSelectionTest, RememberedChoiceNeverLeaksIntoOtherCalls) {
   for (const std::string tuning : {"intel", "amd", "amd-zen4", "amd-zen5"}) {
     params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);
@@ -1132,6 +1187,8 @@ TEST(CommFailureTest, MismatchedCountsOpsDtypesAndOrder) {
   };
   const std::vector<Case> cases = {
       {"count", allreduce(10, DataType::kInt64), allreduce(12, DataType::kInt64)},
+      // Flagged lines (800 bytes) against a slot's payload (1040), in one ring.
+      {"count-lines", allreduce(100, DataType::kInt64), allreduce(130, DataType::kInt64)},
       {"dtype", allreduce(10, DataType::kInt64), allreduce(10, DataType::kFloat64)},
       {"op", allreduce(10, DataType::kInt64), bcast(10)},
       {"large-count", allreduce(100000, DataType::kInt64), allreduce(100001, DataType::kInt64)},

@@ -32,7 +32,9 @@
 //   AreaCtl (256 B) | slot 0: SlotHeader (32 B) + data | slot 1: ... |
 //   small slot 0: SlotHeader + 480 B | ... small slot 63 | pipe
 // Slot data starts inside the header's cache line, so payloads of up to 32
-// bytes travel with their id in a single line.
+// bytes travel with their id in a single line. Allreduces of up to 1 KiB
+// use the lines after the header's another way: 56 bytes of payload and a
+// flag word each (algorithms/local_ops.h, AreaOp::PublishLines).
 //
 // Thread-safety: the atomics synchronize the processes; within a process one
 // thread (the communicator's engine) uses the area at a time.
