@@ -105,6 +105,8 @@ uint64_t LineFlag(uint64_t id, const transport::SegmentHeader* writer) { return 
 static_assert(AreaOp::LineLayoutBytes(7 * AreaOp::kLinePayload) <= transport::kSmallSlotPayload);
 static_assert(AreaOp::LineLayoutBytes(AreaOp::kLinesMaxBytes) <= transport::kSlotMinCapacity);
 uint8_t* LineOf(transport::SlotHeader* h, size_t j) { return reinterpret_cast<uint8_t*>(h) + 64 * (j + 1); }
+// Flags are read and written by other processes: lock-free atomics only.
+static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
 std::atomic_ref<uint64_t> FlagOf(uint8_t* line) {
   return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(line + AreaOp::kLinePayload));
 }
@@ -153,9 +155,11 @@ Status AreaOp::WaitLines(uint64_t bytes) {
   // Already there (a peer that runs ahead): no wait to set up.
   bool ready = true;
   for (int p = 0; p < size(); ++p) ready &= p == me() || !owes(p);
-  if (!ready) CHOIR_RETURN_IF_ERROR(Wait(owes, "to arrive (same-host slots)", /*marks_data=*/true));
+  const Status waited = ready ? Status::Ok() : Wait(owes, "to arrive (same-host slots)", /*marks_data=*/true);
+  // A mismatch seen last (even while a timeout's message was written) wins.
   if (elsewhere >= 0) return OtherRingMismatch(elsewhere);
   if (wrong >= 0) return CheckSignature(wrong, header(wrong));
+  CHOIR_RETURN_IF_ERROR(waited);
   group_->read_by_all = std::max(group_->read_by_all, id_ - 1);  // see Acquire
   read_from_ = kReadAll;
   for (int p = 0; p < size(); ++p) {

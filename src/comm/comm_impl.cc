@@ -184,13 +184,16 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
 
 Status CommImpl::ValidateOnce(const OpArgs& a) {
   ValidCache& v = last_valid_;
-  if (v.set && v.kind == a.kind && v.send == a.send && v.recv == a.recv && v.count == a.count && v.dtype == a.dtype &&
-      v.op == a.op && v.root == a.root && v.peer == a.peer && v.tag == a.tag) {
+  // Per-rank counts (the V variants) are never kept, so a call that has
+  // them is always checked.
+  const bool counts = !a.send_counts.empty() || !a.recv_counts.empty();
+  if (v.set && !counts && v.kind == a.kind && v.send == a.send && v.recv == a.recv && v.count == a.count &&
+      v.dtype == a.dtype && v.op == a.op && v.root == a.root && v.peer == a.peer && v.tag == a.tag) {
     return Status::Ok();
   }
   Status s = Validate(a);
-  const bool vcounts = a.kind == CollKind::kAllgatherV || a.kind == CollKind::kAlltoallV;
-  if (s.ok() && !vcounts) v = {true, a.kind, a.send, a.recv, a.count, a.dtype, a.op, a.root, a.peer, a.tag};
+  const bool vkind = a.kind == CollKind::kAllgatherV || a.kind == CollKind::kAlltoallV;
+  if (s.ok() && !vkind && !counts) v = {true, a.kind, a.send, a.recv, a.count, a.dtype, a.op, a.root, a.peer, a.tag};
   return s;
 }
 

@@ -251,6 +251,50 @@ TEST(CommFailureTest, ACallLikeTheLastValidOneIsStillCheckedInEveryArgument) {
   }
 }
 
+// The same for a send's peer and tag, and for per-rank counts, which the
+// cache never keeps.
+TEST(CommFailureTest, ACallLikeTheLastValidOneIsStillCheckedInPeerTagAndCounts) {
+  struct Case {
+    const char* what;
+    Code want;
+    bool p2p;  // rank 0 sends three times, then changes the send; rank 1 receives the three
+    std::function<Work(Communicator&, int32_t*)> changed;
+  };
+  const std::vector<Case> cases = {
+      {"tag", Code::kInvalidArgument, true,
+       [](Communicator& c, int32_t* b) { return c.Send(b, 4, DataType::kInt32, 1, -1); }},
+      {"peer", Code::kInvalidRank, true,
+       [](Communicator& c, int32_t* b) { return c.Send(b, 4, DataType::kInt32, 2, 0); }},
+      {"counts", Code::kBufferTooSmall, false, [](Communicator& c, int32_t* b) {
+         const std::vector<size_t> one = {4};
+         return c.AllgatherV(b, 4, b + 8, one, DataType::kInt32);
+       }},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    auto results = RunRanks(2, [&](Communicator& comm) -> Status {
+      std::vector<int32_t> buf(32, 1);
+      const std::vector<size_t> both = {4, 4};
+      for (int i = 0; i < 3; ++i) {
+        if (!k.p2p) {
+          CHOIR_RETURN_IF_ERROR(comm.AllgatherV(buf.data(), 4, buf.data() + 8, both, DataType::kInt32).Wait());
+        } else if (comm.rank() == 0) {
+          CHOIR_RETURN_IF_ERROR(comm.Send(buf.data(), 4, DataType::kInt32, 1, 0).Wait());
+        } else {
+          CHOIR_RETURN_IF_ERROR(comm.Recv(buf.data(), 4, DataType::kInt32, 0, 0).Wait());
+        }
+      }
+      if (k.p2p && comm.rank() == 1) return Status::Ok();
+      Status s = k.changed(comm, buf.data()).Wait();
+      if (s.code() != k.want) {
+        return Status(Code::kInternal, fmt::format("want E{}, got {}", static_cast<int>(k.want), s.ToString()));
+      }
+      return Status::Ok();
+    });
+    ExpectAllOk(results);
+  }
+}
+
 // A rank that destroys its communicator says bye: peers that go on among
 // themselves are not disturbed by its closed connections (the exit race of a
 // job's last collective), and one that still expects data from it gets a
@@ -358,28 +402,31 @@ TEST(CommTopologyTest, BadTopologyFileFailsCreationWithItsLine) {
   std::remove(path.c_str());
 }
 
-// The communicator remembers its last choice for equal calls: alternating
-// collectives, counts, types and forced algorithms must each still get the
-// algorithm their own selection gives, with correct results.
-// Under every switch-point table, each with its own choices where they differ.
 // Small allreduces travel in flagged lines (AreaOp::PublishLines): exact
 // results at the lines' edges (56 bytes each; up to 392 bytes in a small
 // slot, up to 1 KiB in a full one, the slot's payload beyond), for 1-byte,
-// 4-byte and 8-byte elements, in place and not, with every rank's slot
-// reused by allgathers that leave their own bytes in the lines (the slots'
-// other layout) between the allreduces.
+// 4-byte and 8-byte elements, in place and not, 2-5 ranks (5 gather more
+// than the reader's stack buffer holds). Between the allreduces one or two
+// allgathers (in turn, so that both kinds of operation take every slot)
+// of a size in the same ring leave the slots' own layout in the lines, and
+// every call's values differ from the last one's, so a reader that took
+// stale lines fails.
 TEST(CommFlatTest, AllreducesThroughFlaggedLinesAreExact) {
-  for (int n : {2, 3, 4}) {
+  for (int n : {2, 3, 4, 5}) {
     auto results = RunRanks(n, [n](Communicator& comm) -> Status {
       const int me = comm.rank();
+      int call = 0;
       for (const DataType t : {DataType::kInt8, DataType::kFloat32, DataType::kInt64}) {
         const size_t es = DataTypeSize(t);
         for (size_t bytes : {1, 8, 55, 56, 57, 112, 113, 200, 392, 400, 1000, 1024, 1032}) {
           const size_t count = std::max<size_t>(1, bytes / es);
           for (bool in_place : {false, true}) {
-            // Element j of rank r holds (j + r) % 5 + 1: sums stay small.
+            ++call;
+            // Element j of rank r holds (j + r + call) % 5 + 1: sums stay small.
             std::vector<uint8_t> in(count * es), out(count * es, 0xee);
-            auto value = [&](size_t j, int r) { return static_cast<int64_t>((j + static_cast<size_t>(r)) % 5 + 1); };
+            auto value = [&](size_t j, int r) {
+              return static_cast<int64_t>((j + static_cast<size_t>(r + call)) % 5 + 1);
+            };
             for (size_t j = 0; j < count; ++j) {
               const int64_t v = value(j, me);
               if (t == DataType::kInt8) in[j] = static_cast<uint8_t>(v);
@@ -387,7 +434,11 @@ TEST(CommFlatTest, AllreducesThroughFlaggedLinesAreExact) {
               if (t == DataType::kInt64) reinterpret_cast<int64_t*>(in.data())[j] = v;
             }
             uint8_t* dst = in_place ? in.data() : out.data();
-            CHOIR_RETURN_IF_ERROR(comm.Allreduce(in.data(), dst, count, t, ReduceOp::kSum).Wait());
+            Work w = comm.Allreduce(in.data(), dst, count, t, ReduceOp::kSum);
+            CHOIR_RETURN_IF_ERROR(w.Wait());
+            if (w.info().algorithm != "shm_flat") {
+              return Status(Code::kInternal, fmt::format("{} B ran {}, not shm_flat", bytes, w.info().algorithm));
+            }
             for (size_t j = 0; j < count; ++j) {
               int64_t want = 0;
               for (int r = 0; r < n; ++r) want += value(j, r);
@@ -400,23 +451,32 @@ TEST(CommFlatTest, AllreducesThroughFlaggedLinesAreExact) {
                                                            DataTypeName(t), in_place ? " in place" : "", j, got, want));
               }
             }
-            // The next operations take the following slots with the slots'
-            // own layout, filling the lines with bytes that are not flags.
-            std::vector<uint8_t> block(count * es, static_cast<uint8_t>(0x40 + me)), all(block.size() * n);
-            CHOIR_RETURN_IF_ERROR(comm.Allgather(block.data(), all.data(), count * es, DataType::kUint8).Wait());
-            for (size_t i = 0; i < all.size(); ++i) {
-              if (all[i] != 0x40 + i / block.size()) return Status(Code::kInternal, "allgather between the allreduces");
+            // Allgathers in the allreduce's ring (small slots up to 480
+            // bytes of payload, full ones beyond), with the slots' layout.
+            const size_t block_bytes = count * es <= 392 ? std::max<size_t>(count * es, 64) : 600;
+            for (int k = 0; k < 1 + call % 2; ++k) {
+              std::vector<uint8_t> block(block_bytes, static_cast<uint8_t>(0x40 + me + call)), all(block_bytes * n);
+              CHOIR_RETURN_IF_ERROR(comm.Allgather(block.data(), all.data(), block_bytes, DataType::kUint8).Wait());
+              for (size_t i = 0; i < all.size(); ++i) {
+                if (all[i] != static_cast<uint8_t>(0x40 + i / block_bytes + call)) {
+                  return Status(Code::kInternal, "allgather between the allreduces");
+                }
+              }
             }
           }
         }
       }
       return Status::Ok();
-    }, TransportOptions("shm", 10s));
+    }, TransportOptions("shm", 30s));
     SCOPED_TRACE(n);
     ExpectAllOk(results);
   }
 }
 
+// The communicator remembers its last choice for equal calls: alternating
+// collectives, counts, types and forced algorithms must each still get the
+// algorithm their own selection gives, with correct results.
+// Under every switch-point table, each with its own choices where they differ.
 TEST(CommSelectionTest, RememberedChoiceNeverLeaksIntoOtherCalls) {
   for (const std::string tuning : {"intel", "amd", "amd-zen4", "amd-zen5"}) {
     params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);
