@@ -64,10 +64,9 @@ class AreaOp {
   // kLinePayload bytes and, written after them, a flag word naming the
   // operation. A reader polls every line at once, so no line is fetched
   // after another (NCCL's LL protocols have the idea). On the Zen 5 VM,
-  // median p50 of interleaved launches against the slot's payload: 8-32 B
-  // 0.70x-0.84x, 64-384 B 0.67x-0.77x, 512 B 0.80x and 1 KiB 0.68x of the
-  // time; 2 KiB 1.16x and 4 KiB 1.11x, hence the bound
-  // (docs/performance-log.md, "Flagged lines").
+  // median p50 of interleaved launches against the slot's payload, over
+  // three passes: 8 B-1 KiB 0.67x-0.88x of the time; 2 KiB 1.16x and 4 KiB
+  // 1.11x, hence the bound (docs/performance-log.md, "Flagged lines").
   static constexpr size_t kLinePayload = 56;
   static constexpr uint64_t kLinesMaxBytes = 1024;
   static bool LinesFit(uint64_t bytes) { return bytes > 0 && bytes <= kLinesMaxBytes; }
