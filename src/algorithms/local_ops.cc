@@ -84,7 +84,7 @@ Status AreaOp::Acquire() {
   return Status::Ok();
 }
 
-void AreaOp::Publish(uint64_t bytes) {
+transport::SlotHeader* AreaOp::WriteHeader(uint64_t bytes) {
   transport::SlotHeader* h = header(me());
   h->sig = ctx_->sig_word();
   h->count = ctx_->sig_count();
@@ -92,6 +92,11 @@ void AreaOp::Publish(uint64_t bytes) {
   h->history = history_;
   group_->history = NextHistory(history_, h->sig, h->count);
   h->id.store(id_, std::memory_order_release);
+  return h;
+}
+
+void AreaOp::Publish(uint64_t bytes) {
+  WriteHeader(bytes);
   group_->NotifyPeers();
 }
 
@@ -115,13 +120,7 @@ size_t LinesFor(uint64_t bytes) { return static_cast<size_t>((bytes + AreaOp::kL
 
 void AreaOp::PublishLines(const void* src, uint64_t bytes) {
   // The header first: a reader that sees every line's flag sees it too.
-  transport::SlotHeader* h = header(me());
-  h->sig = ctx_->sig_word();
-  h->count = ctx_->sig_count();
-  h->bytes = static_cast<uint32_t>(bytes);
-  h->history = history_;
-  group_->history = NextHistory(history_, h->sig, h->count);
-  h->id.store(id_, std::memory_order_release);
+  transport::SlotHeader* h = WriteHeader(bytes);
   const auto* in = static_cast<const uint8_t*>(src);
   const uint64_t flag = LineFlag(id_, group_->headers[static_cast<size_t>(me())]);
   for (size_t j = 0, n = LinesFor(bytes); j < n; ++j) {
@@ -160,14 +159,7 @@ Status AreaOp::WaitLines(uint64_t bytes) {
   if (elsewhere >= 0) return OtherRingMismatch(elsewhere);
   if (wrong >= 0) return CheckSignature(wrong, header(wrong));
   CHOIR_RETURN_IF_ERROR(waited);
-  group_->read_by_all = std::max(group_->read_by_all, id_ - 1);  // see Acquire
-  read_from_ = kReadAll;
-  for (int p = 0; p < size(); ++p) {
-    if (p == me()) continue;
-    CHOIR_RETURN_IF_ERROR(CheckSignature(p, header(p)));
-    ctx_->CountSharedRead(p, bytes);
-  }
-  return Status::Ok();
+  return ReadFromAll(bytes);
 }
 
 void AreaOp::ReadLines(int p, void* dst, uint64_t bytes) const {
@@ -244,6 +236,10 @@ Status AreaOp::WaitAll(uint64_t reads) {
     }, "to arrive (same-host slots)", /*marks_data=*/true));
   }
   if (elsewhere >= 0) return OtherRingMismatch(elsewhere);
+  return ReadFromAll(reads);
+}
+
+Status AreaOp::ReadFromAll(uint64_t reads) {
   group_->read_by_all = std::max(group_->read_by_all, id_ - 1);  // see Acquire
   read_from_ = kReadAll;
   for (int p = 0; p < size(); ++p) {

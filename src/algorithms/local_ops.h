@@ -151,6 +151,12 @@ class AreaOp {
     return other_ring_header(local_index)->id.load(std::memory_order_acquire) == id_;
   }
   Status OtherRingMismatch(int local_index) const;
+  // Writes this rank's slot header for this operation, id last (Publish,
+  // PublishLines).
+  transport::SlotHeader* WriteHeader(uint64_t bytes);
+  // After every peer published: checks their signatures and counts `reads`
+  // bytes (at most each one's payload) read from each (WaitAll, WaitLines).
+  Status ReadFromAll(uint64_t reads);
   // True when every peer has published this id here: a peer that runs ahead
   // has, and then the wait is not set up at all (the small-call path).
   bool AllPublished() const;
