@@ -49,7 +49,7 @@ AreaOp::AreaOp(Context& c, size_t payload) : ctx_(&c), group_(c.local_group()) {
   history_ = group_->history;
   small_ = payload <= transport::kSmallSlotPayload;
   depth_ = small_ ? transport::kSmallSlots : transport::kAreaSlots;
-  slot_ = static_cast<int>(id_ % static_cast<uint64_t>(depth_));
+  slot_ = SlotOf(id_);
 }
 
 Status AreaOp::Wait(absl::FunctionRef<bool(int)> owes, const char* to_do, bool marks_data) {
@@ -263,7 +263,7 @@ void AreaOp::FinishReads() {
   // The next operation is assumed to take the same ring (streams of one
   // collective are the case that matters).
   if (read_from_ == kReadNone) return;
-  const int next = static_cast<int>((id_ + 1) % static_cast<uint64_t>(depth_));
+  const int next = SlotOf(id_ + 1);
   for (int p = 0; p < size(); ++p) {
     if (p != me() && (read_from_ == kReadAll || read_from_ == p)) {
       const transport::AreaView& a = group_->areas[static_cast<size_t>(p)];

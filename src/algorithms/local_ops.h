@@ -166,6 +166,11 @@ class AreaOp {
   uint64_t id_;
   bool small_;
   int depth_;  // slots in this operation's ring
+  // The slot of operation `id` in this operation's ring: a mask, not a
+  // division (tens of cycles on the small-message path).
+  static_assert((transport::kSmallSlots & (transport::kSmallSlots - 1)) == 0 &&
+                (transport::kAreaSlots & (transport::kAreaSlots - 1)) == 0);
+  int SlotOf(uint64_t id) const { return static_cast<int>(id & static_cast<uint64_t>(depth_ - 1)); }
   int slot_;
   uint32_t history_;  // SlotHeader::history this rank publishes, and expects of its peers
   // Whose slots this operation read: kReadNone, kReadAll or one local index

@@ -92,7 +92,7 @@ Work CommImpl::Submit(OpArgs&& args, const CallOptions& options) {
   // count updates on the small-message path.
   if ((small || p2p) && engine_->TryRunInline([&] {
         inline_exec_ = true;
-        Execute(args, options, state);
+        Execute(args, options, state, /*unshared=*/true);
         inline_exec_ = false;
       })) {
     // A send or receive that could not finish at once is pending: whoever
@@ -111,8 +111,9 @@ Work CommImpl::Submit(OpArgs&& args, const CallOptions& options) {
     }
     if (auto e = engine.lock()) e->StartQueued();
   };
-  engine_->Submit([this, args = std::move(args), options, state]() mutable { Execute(args, options, state); },
-                  false);
+  engine_->Submit(
+      [this, args = std::move(args), options, state]() mutable { Execute(args, options, state, /*unshared=*/false); },
+      false);
   // A task driving pending point-to-point transfers may sleep in the
   // transport: it returns for what was just queued.
   if (p2p_pending_.load(std::memory_order_seq_cst)) endpoint_->Wake();
@@ -130,7 +131,8 @@ std::function<void()> CommImpl::MakeHelp(Work::State* state) const {
   };
 }
 
-void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shared_ptr<Work::State>& state) {
+void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shared_ptr<Work::State>& state,
+                       bool unshared) {
   if (ForkedCopy()) [[unlikely]] {  // queued before a fork, run in the child
     state->Complete(ForkedCopyError(algorithms::CollKindName(args.kind)), CompletionInfo{});
     return;
@@ -145,10 +147,11 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
   const int64_t t0 = OpNanos();
   int64_t first_data_ns = 0;  // OpNanos() when data first had to be waited for
   int algo_index = -1;
+  CallPlan* plan = nullptr;
   Status s = sticky();
   if (!s.ok()) {
     s = Status(s.code(), "this communicator already failed: " + s.message());
-  } else if (Status invalid = ValidateOnce(args); !invalid.ok()) {
+  } else if (Status invalid = ValidateOnce(args, &plan); !invalid.ok()) {
     s = invalid.WithContext("rank " + std::to_string(rank_) + ": " + algorithms::CollKindName(args.kind));
     Fail(s, /*local=*/true);
   } else {
@@ -169,37 +172,47 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
     }
     if (s.ok()) {
       info.sequence = ++seq_;
-      s = RunCollective(args, options, info.sequence, start, deadline, &info, &algo_index, &first_data_ns);
+      s = RunCollective(args, options, plan, info.sequence, start, deadline, &info, &algo_index, &first_data_ns);
     }
     // Relay even a peer's failure: the rank that failed first may not have
     // reached everyone (it may have died). Our own Abort() already told them.
     if (!s.ok()) Fail(s, !abort_called_.load());
   }
   info.seconds = static_cast<double>(std::max<int64_t>(0, OpNanos() - t0)) * 1e-9;
-  metrics_->RecordOp(args.kind, args.SelectionBytes(size_), info.seconds, s.ok(), algo_index,
-                     first_data_ns > t0 ? static_cast<double>(first_data_ns - t0) * 1e-9 : 0);
+  metrics_->RecordOp(args.kind, plan != nullptr ? plan->selection_bytes : args.SelectionBytes(size_), info.seconds,
+                     s.ok(), algo_index, first_data_ns > t0 ? static_cast<double>(first_data_ns - t0) * 1e-9 : 0);
   if (!s.ok()) metrics_->RecordError(s.number());
-  state->Complete(std::move(s), info);
+  if (unshared) {
+    state->CompleteUnshared(std::move(s), info);
+  } else {
+    state->Complete(std::move(s), info);
+  }
 }
 
-Status CommImpl::ValidateOnce(const OpArgs& a) {
-  ValidCache& v = last_valid_;
+Status CommImpl::ValidateOnce(const OpArgs& a, CallPlan** plan) {
+  CallPlan& v = last_call_;
+  *plan = nullptr;
   // Per-rank counts (the V variants) are never kept, so a call that has
   // them is always checked.
   const bool counts = !a.send_counts.empty() || !a.recv_counts.empty();
   if (v.set && !counts && v.kind == a.kind && v.send == a.send && v.recv == a.recv && v.count == a.count &&
       v.dtype == a.dtype && v.op == a.op && v.root == a.root && v.peer == a.peer && v.tag == a.tag) {
+    *plan = &v;
     return Status::Ok();
   }
   Status s = Validate(a);
   const bool vkind = a.kind == CollKind::kAllgatherV || a.kind == CollKind::kAlltoallV;
-  if (s.ok() && !vkind && !counts) v = {true, a.kind, a.send, a.recv, a.count, a.dtype, a.op, a.root, a.peer, a.tag};
+  if (!s.ok() || vkind || counts) return s;
+  v = {true, a.kind, a.send, a.recv, a.count, a.dtype, a.op, a.root, a.peer, a.tag, Signature::Of(a),
+       a.SelectionBytes(size_), nullptr, -1};
+  *plan = &v;
   return s;
 }
 
-Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
-                               Deadline deadline, CompletionInfo* info, int* algo_index, int64_t* first_data_ns) {
-  const Signature sig = Signature::Of(args);
+Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, CallPlan* plan, uint64_t seq,
+                               int64_t start, Deadline deadline, CompletionInfo* info, int* algo_index,
+                               int64_t* first_data_ns) {
+  const Signature sig = plan != nullptr ? plan->sig : Signature::Of(args);
   OpObserver observer(this, sig, seq);
   transport::RunHooks hooks;
   hooks.deadline = deadline;
@@ -216,11 +229,24 @@ Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, uint64_
     ctx.set_walk_chooser(&walk_chooser_);
     ctx.set_staging_chooser(&staging_chooser_);
     ctx.set_link_costs(intra_host_cost_, inter_host_cost_);
-    auto algo = Select(ctx, args, options);
-    if (!algo.ok()) return algo.status().WithContext(Describe(sig, seq));
-    *algo_index = static_cast<int>(*algo - algorithms::AllAlgorithms().data());
-    info->algorithm = (*algo)->name;
-    s = (*algo)->fn(ctx, args);
+    // A call equal to the last one takes the algorithm chosen for it, unless
+    // it names one of its own.
+    const bool planned = plan != nullptr && options.algorithm.empty();
+    const algorithms::Algorithm* algo = planned ? plan->algorithm : nullptr;
+    if (algo != nullptr) {
+      *algo_index = plan->algo_index;
+    } else {
+      auto chosen = Select(ctx, args, options);
+      if (!chosen.ok()) return chosen.status().WithContext(Describe(sig, seq));
+      algo = *chosen;
+      *algo_index = static_cast<int>(algo - algorithms::AllAlgorithms().data());
+      if (planned) {
+        plan->algorithm = algo;
+        plan->algo_index = *algo_index;
+      }
+    }
+    info->algorithm = algo->name;
+    s = algo->fn(ctx, args);
   }
   if (s.ok()) return s;
   s = endpoint_->Explain(s);  // a lost peer is often explained by another rank's abort report

@@ -100,17 +100,41 @@ class CommImpl {
   class OpObserver;
 
   Status Validate(const algorithms::OpArgs& args) const;
-  // Validate, skipped for a call equal to the last one that passed (the
-  // checks depend only on the arguments and on this rank's place): a loop
-  // of small collectives validates once (about 130 of a 16-byte
-  // allreduce's 1,900 instructions).
-  Status ValidateOnce(const algorithms::OpArgs& args);
-  // Runs one operation to completion on the current thread.
-  void Execute(algorithms::OpArgs& args, const CallOptions& options, const std::shared_ptr<Work::State>& state);
+  // What a call equal to the last one that passed Validate reuses of it
+  // (engine thread only). The checks, the signature and the byte count
+  // depend only on the arguments and on this rank's place, the default
+  // algorithm only on the kind, count and type (Select): a loop of small
+  // collectives validates, describes and selects once (docs/
+  // performance-log.md, "A call plan for repeated calls").
+  struct CallPlan {
+    bool set = false;
+    algorithms::CollKind kind = algorithms::CollKind::kBarrier;
+    const void* send = nullptr;
+    void* recv = nullptr;
+    size_t count = 0;
+    DataType dtype = DataType::kUint8;
+    ReduceOp op = ReduceOp::kSum;
+    int root = 0, peer = 0, tag = 0;
+    algorithms::Signature sig;
+    uint64_t selection_bytes = 0;
+    const algorithms::Algorithm* algorithm = nullptr;  // the default choice once made
+    int algo_index = -1;
+  };
+  // Validate, skipped for a call equal to the last one that passed. Sets
+  // `plan` to the call's plan, or to null for calls never kept: those with
+  // per-rank counts (the V variants), whose counts it would have to keep.
+  Status ValidateOnce(const algorithms::OpArgs& args, CallPlan** plan);
+  // Runs one operation to completion on the current thread. `unshared`: no
+  // other thread can reach `state` yet (an operation run inline, before its
+  // Work is returned).
+  void Execute(algorithms::OpArgs& args, const CallOptions& options, const std::shared_ptr<Work::State>& state,
+               bool unshared);
   // `start`: when Execute began (CoarseNowNanos, never ahead of NowNanos),
-  // for the elapsed time in errors. Sets info->route and info->algorithm.
-  Status RunCollective(algorithms::OpArgs& args, const CallOptions& options, uint64_t seq, int64_t start,
-                       Deadline deadline, CompletionInfo* info, int* algo_index, int64_t* first_data_ns);
+  // for the elapsed time in errors. `plan`: this call's, or null. Sets
+  // info->route and info->algorithm.
+  Status RunCollective(algorithms::OpArgs& args, const CallOptions& options, CallPlan* plan, uint64_t seq,
+                       int64_t start, Deadline deadline, CompletionInfo* info, int* algo_index,
+                       int64_t* first_data_ns);
   // SelectAlgorithm, remembering the last choice for equal calls.
   Result<const algorithms::Algorithm*> Select(const algorithms::Context& ctx, const algorithms::OpArgs& args,
                                               const CallOptions& options);
@@ -198,18 +222,7 @@ class CommImpl {
     DataType dtype = DataType::kFloat32;
     const algorithms::Algorithm* algorithm = nullptr;
   } last_selection_;
-  // The last arguments Validate passed (engine thread only; the V variants,
-  // whose counts it would have to keep, are never kept).
-  struct ValidCache {
-    bool set = false;
-    algorithms::CollKind kind = algorithms::CollKind::kBarrier;
-    const void* send = nullptr;
-    void* recv = nullptr;
-    size_t count = 0;
-    DataType dtype = DataType::kUint8;
-    ReduceOp op = ReduceOp::kSum;
-    int root = 0, peer = 0, tag = 0;
-  } last_valid_;
+  CallPlan last_call_;  // the last call that passed Validate (ValidateOnce)
   // The process that created this communicator (base/fork.h): a forked
   // child's copy refuses to run operations and leaves everything alone.
   const uint64_t fork_generation_ = WatchForks();

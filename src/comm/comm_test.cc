@@ -295,6 +295,36 @@ TEST(CommFailureTest, ACallLikeTheLastValidOneIsStillCheckedInPeerTagAndCounts) 
   }
 }
 
+// A call equal to the last one reuses its plan (CommImpl::CallPlan): its
+// signature, byte count and default algorithm. A call that names an
+// algorithm still runs that one, and the next default call the default.
+TEST(CommTest, ARepeatedCallRunsTheAlgorithmItNamesAndThenTheDefaultAgain) {
+  auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    std::vector<int32_t> in(16), out(16);
+    const std::vector<std::string> named = {"", "", "ring", "", "recursive_doubling", "ring", ""};
+    std::string default_algorithm;
+    for (size_t call = 0; call < named.size(); ++call) {
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(call * 100 + i) * (comm.rank() + 1);
+      CallOptions options;
+      options.algorithm = named[call];
+      Work w = comm.Allreduce(in.data(), out.data(), in.size(), DataType::kInt32, ReduceOp::kSum, options);
+      CHOIR_RETURN_IF_ERROR(w.Wait());
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (out[i] != static_cast<int32_t>(call * 100 + i) * 3) {
+          return Status(Code::kInternal, fmt::format("call {}: out[{}] = {}", call, i, out[i]));
+        }
+      }
+      const std::string ran = w.info().algorithm;
+      if (call == 0) default_algorithm = ran;
+      const std::string want = named[call].empty() ? default_algorithm : named[call];
+      if (ran != want) return Status(Code::kInternal, fmt::format("call {} ran {}, not {}", call, ran, want));
+    }
+    if (default_algorithm != "shm_flat") return Status(Code::kInternal, "default was " + default_algorithm);
+    return Status::Ok();
+  });
+  ExpectAllOk(results);
+}
+
 // A rank that destroys its communicator says bye: peers that go on among
 // themselves are not disturbed by its closed connections (the exit race of a
 // job's last collective), and one that still expects data from it gets a

@@ -32,6 +32,13 @@ void Work::State::Complete(Status s, const CompletionInfo& i) {
   }
 }
 
+void Work::State::CompleteUnshared(Status s, const CompletionInfo& i) {
+  status = std::move(s);
+  info = i;
+  result_set.store(1, std::memory_order_release);
+  done.store(1, std::memory_order_release);
+}
+
 namespace {
 
 // Sanitizers must see every state's memory come and go: recycling is off

@@ -67,6 +67,12 @@ struct Work::State {
   // Callbacks run before waiters are released, so that once Wait() returns
   // every callback registered before completion has finished.
   void Complete(Status s, const CompletionInfo& i);
+  // Complete for a state no other thread can reach yet (an operation run
+  // inline, before its Work is returned): nobody can have registered a
+  // callback or gone to sleep on it, and whoever gets the Work later gets it
+  // through a synchronizing hand-off, so plain stores do (two locked
+  // instructions less than Complete on the small-message path).
+  void CompleteUnshared(Status s, const CompletionInfo& i);
   // Runs the queued callbacks (and any queued while they run).
   void RunCallbacks();
   // Blocks until done, or (unless `forever`) until `timeout` passes (at
