@@ -104,8 +104,27 @@ namespace {
 // A line's flag: the operation id mixed with the writer's segment token
 // (64 random bits, never written after the segment is made), so that the
 // bytes an operation of the slots' own layout left in the line (any user
-// data) are taken for a flag only if they hold that value at that place.
-uint64_t LineFlag(uint64_t id, const transport::SegmentHeader* writer) { return id ^ writer->token; }
+// data) are taken for a flag only if they hold that value at that place;
+// and with `mix`, a hash of the operation's signature and of the writer's
+// history (SlotHeader::history). A reader expects its own signature and
+// history there: lines that carry the flag it expects come from a peer
+// that runs the same collective after the same ones, which is all the
+// header would have told it. So it reads no header unless it has to wait.
+// Lines left by the operation before in the same slot differ in the id
+// alone when the signatures are equal, and otherwise match with odds of 1
+// in 2^64.
+uint64_t LineFlag(uint64_t id, const transport::SegmentHeader* writer, uint64_t mix) {
+  return id ^ writer->token ^ mix;
+}
+uint64_t LineMix(uint64_t sig, uint64_t count, uint32_t history) {
+  uint64_t x = sig ^ (count * 0x9e3779b97f4a7c15ull) ^ (uint64_t{history} << 32 | history);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
 // Lines of up to 392 bytes fit a small slot, the rest any full slot.
 static_assert(AreaOp::LineLayoutBytes(7 * AreaOp::kLinePayload) <= transport::kSmallSlotPayload);
 static_assert(AreaOp::LineLayoutBytes(AreaOp::kLinesMaxBytes) <= transport::kSlotMinCapacity);
@@ -122,7 +141,8 @@ void AreaOp::PublishLines(const void* src, uint64_t bytes) {
   // The header first: a reader that sees every line's flag sees it too.
   transport::SlotHeader* h = WriteHeader(bytes);
   const auto* in = static_cast<const uint8_t*>(src);
-  const uint64_t flag = LineFlag(id_, group_->headers[static_cast<size_t>(me())]);
+  const uint64_t flag = LineFlag(id_, group_->headers[static_cast<size_t>(me())],
+                                 LineMix(ctx_->sig_word(), ctx_->sig_count(), history_));
   for (size_t j = 0, n = LinesFor(bytes); j < n; ++j) {
     uint8_t* line = LineOf(h, j);
     const size_t at = j * kLinePayload;
@@ -134,18 +154,20 @@ void AreaOp::PublishLines(const void* src, uint64_t bytes) {
 
 Status AreaOp::WaitLines(uint64_t bytes) {
   const size_t lines = LinesFor(bytes);
+  const uint64_t mix = LineMix(ctx_->sig_word(), ctx_->sig_count(), history_);
   int wrong = -1, elsewhere = -1;
   auto owes = [&](int p) {
     if (wrong >= 0 || elsewhere >= 0) return false;
     transport::SlotHeader* h = header(p);
-    const uint64_t flag = LineFlag(id_, group_->headers[static_cast<size_t>(p)]);
+    const uint64_t flag = LineFlag(id_, group_->headers[static_cast<size_t>(p)], mix);
     bool all = true;
     for (size_t j = 0; j < lines; ++j) all &= FlagOf(LineOf(h, j)).load(std::memory_order_acquire) == flag;
     if (all) return false;
     if (h->id.load(std::memory_order_acquire) == id_) {
-      // Published here under another signature: it writes no lines for this
-      // operation (CheckSignature names it below).
-      if (h->sig != ctx_->sig_word() || h->count != ctx_->sig_count()) wrong = p;
+      // Published here under another signature, or after other operations:
+      // its lines never carry the flag expected here (CheckSignature names
+      // the difference below).
+      if (h->sig != ctx_->sig_word() || h->count != ctx_->sig_count() || h->history != history_) wrong = p;
       return wrong < 0;
     }
     if (InOtherRing(p)) elsewhere = p;
@@ -159,7 +181,12 @@ Status AreaOp::WaitLines(uint64_t bytes) {
   if (elsewhere >= 0) return OtherRingMismatch(elsewhere);
   if (wrong >= 0) return CheckSignature(wrong, header(wrong));
   CHOIR_RETURN_IF_ERROR(waited);
-  return ReadFromAll(bytes);
+  // The flags vouched for every peer's signature and history.
+  MarkReadFromAll();
+  for (int p = 0; p < size(); ++p) {
+    if (p != me()) ctx_->CountSharedRead(p, bytes);
+  }
+  return Status::Ok();
 }
 
 void AreaOp::ReadLines(int p, void* dst, uint64_t bytes) const {
@@ -239,9 +266,13 @@ Status AreaOp::WaitAll(uint64_t reads) {
   return ReadFromAll(reads);
 }
 
-Status AreaOp::ReadFromAll(uint64_t reads) {
+void AreaOp::MarkReadFromAll() {
   group_->read_by_all = std::max(group_->read_by_all, id_ - 1);  // see Acquire
   read_from_ = kReadAll;
+}
+
+Status AreaOp::ReadFromAll(uint64_t reads) {
+  MarkReadFromAll();
   for (int p = 0; p < size(); ++p) {
     if (p == me()) continue;
     CHOIR_RETURN_IF_ERROR(CheckSignature(p, header(p)));

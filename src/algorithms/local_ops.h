@@ -70,13 +70,23 @@ class AreaOp {
   static constexpr size_t kLinePayload = 56;
   static constexpr uint64_t kLinesMaxBytes = 1024;
   static bool LinesFit(uint64_t bytes) { return bytes > 0 && bytes <= kLinesMaxBytes; }
+  // An allgather's blocks travel in lines when each takes 2 to 5 of them:
+  // on the Zen 5 VM, 2 ranks, median mean time of 6 interleaved launches in
+  // two passes, 0.90x-0.96x of the slot's at blocks of 64-256 bytes,
+  // 0.99x-1.08x at 8-32 and 1.15x-1.36x at 512-1024 (docs/
+  // performance-log.md, "Allgathers in lines").
+  static bool AllgatherLinesFit(uint64_t block) {
+    return block > kLinePayload && block <= 5 * kLinePayload;
+  }
   // The slot space `bytes` take in lines (what AreaOp's `payload` asks for:
   // from 393 bytes on they take a full slot).
   static constexpr size_t LineLayoutBytes(uint64_t bytes) {
     return 32 + 64 * static_cast<size_t>((bytes + kLinePayload - 1) / kLinePayload);
   }
   void PublishLines(const void* src, uint64_t bytes);
-  // Waits for every peer's lines, then checks their signatures.
+  // Waits for every peer's lines. Their flags carry the signature and the
+  // history (LineFlag in local_ops.cc): a peer's header is read only while
+  // waiting, to tell a mismatch from a late peer.
   Status WaitLines(uint64_t bytes);
   void ReadLines(int local_index, void* dst, uint64_t bytes) const;
   const uint8_t* data(int local_index) const { return data_of(local_index); }
@@ -157,6 +167,8 @@ class AreaOp {
   // After every peer published: checks their signatures and counts `reads`
   // bytes (at most each one's payload) read from each (WaitAll, WaitLines).
   Status ReadFromAll(uint64_t reads);
+  // What ReadFromAll records of a read from every peer, without the checks.
+  void MarkReadFromAll();
   // True when every peer has published this id here: a peer that runs ahead
   // has, and then the wait is not set up at all (the small-call path).
   bool AllPublished() const;

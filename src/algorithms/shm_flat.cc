@@ -241,15 +241,27 @@ Status BroadcastFlat(Context& c, const OpArgs& a) {
 }
 
 Status AllgatherFlat(Context& c, const OpArgs& a) {
-  AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t es = c.elem_size();
+  const size_t block = a.count * es;  // every rank's (not for AllgatherV)
+  const bool lines = a.kind == CollKind::kAllgather && AreaOp::AllgatherLinesFit(block);
+  AreaOp op(c, lines ? AreaOp::LineLayoutBytes(block) : FlatSlotBytes(a, c.size()));
   const int n = op.size();
   const BlockLayout blocks(a, n);
   const patterns::Block own = blocks[c.rank()];
   CHOIR_RETURN_IF_ERROR(op.Acquire());
+  auto* out = static_cast<uint8_t*>(a.recv);
+  if (lines) {
+    op.PublishLines(a.send, block);
+    Copy(out + own.offset * es, a.send, block);  // while the peers publish
+    CHOIR_RETURN_IF_ERROR(op.WaitLines(block));
+    for (int p = 0; p < n; ++p) {
+      if (p != c.rank()) op.ReadLines(p, out + blocks[p].offset * es, block);
+    }
+    op.FinishReads();
+    return Status::Ok();
+  }
   Copy(op.my_data(), a.send, own.count * es);
   op.Publish(own.count * es);
-  auto* out = static_cast<uint8_t*>(a.recv);
   Copy(out + own.offset * es, a.send, own.count * es);  // while the peers publish
   CHOIR_RETURN_IF_ERROR(op.WaitAll());
   for (int p = 0; p < n; ++p) {

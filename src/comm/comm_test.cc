@@ -482,8 +482,9 @@ TEST(CommFlatTest, AllreducesThroughFlaggedLinesAreExact) {
               }
             }
             // Allgathers in the allreduce's ring (small slots up to 480
-            // bytes of payload, full ones beyond), with the slots' layout.
-            const size_t block_bytes = count * es <= 392 ? std::max<size_t>(count * es, 64) : 600;
+            // bytes of payload, full ones beyond), with the slots' layout
+            // (blocks of 2-5 lines would travel in lines).
+            const size_t block_bytes = count * es <= 392 ? std::max<size_t>(count * es, 300) : 600;
             for (int k = 0; k < 1 + call % 2; ++k) {
               std::vector<uint8_t> block(block_bytes, static_cast<uint8_t>(0x40 + me + call)), all(block_bytes * n);
               CHOIR_RETURN_IF_ERROR(comm.Allgather(block.data(), all.data(), block_bytes, DataType::kUint8).Wait());
@@ -492,6 +493,97 @@ TEST(CommFlatTest, AllreducesThroughFlaggedLinesAreExact) {
                   return Status(Code::kInternal, "allgather between the allreduces");
                 }
               }
+            }
+          }
+        }
+      }
+      return Status::Ok();
+    }, TransportOptions("shm", 30s));
+    SCOPED_TRACE(n);
+    ExpectAllOk(results);
+  }
+}
+
+// A stream of equal calls through lines (allreduce of 16 and 400 bytes, a
+// small and a full slot; allgather of 100-byte blocks), one rank late now
+// and then: a slot's lines from the operation one ring before carry the same
+// signature; the id and the history in their flags tell them from this
+// call's (either alone does).
+TEST(CommFlatTest, EqualCallsThroughLinesNeverTakeStaleLines) {
+  for (int n : {2, 3}) {
+    auto results = RunRanks(n, [n](Communicator& comm) -> Status {
+      const int me = comm.rank();
+      for (size_t count : {4, 100}) {
+        std::vector<int32_t> in(count), out(count);
+        for (int call = 0; call < 300; ++call) {
+          if (me == n - 1 && call % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(call % 3 * 50));
+          for (size_t j = 0; j < count; ++j) in[j] = call * 10 + me + static_cast<int32_t>(j);
+          CHOIR_RETURN_IF_ERROR(comm.Allreduce(in.data(), out.data(), count, DataType::kInt32, ReduceOp::kSum).Wait());
+          for (size_t j = 0; j < count; ++j) {
+            const int32_t want = n * (call * 10 + static_cast<int32_t>(j)) + n * (n - 1) / 2;
+            if (out[j] != want) {
+              return Status(Code::kInternal, fmt::format("{} ints, call {}: [{}] = {}, want {}", count, call, j, out[j], want));
+            }
+          }
+        }
+      }
+      std::vector<uint8_t> block(100), all(100 * static_cast<size_t>(n));
+      for (int call = 0; call < 300; ++call) {
+        if (me == n - 1 && call % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(call % 3 * 50));
+        std::fill(block.begin(), block.end(), static_cast<uint8_t>(call + me));
+        CHOIR_RETURN_IF_ERROR(comm.Allgather(block.data(), all.data(), block.size(), DataType::kUint8).Wait());
+        for (size_t i = 0; i < all.size(); ++i) {
+          if (all[i] != static_cast<uint8_t>(call + static_cast<int>(i / 100))) {
+            return Status(Code::kInternal, fmt::format("allgather call {}: byte {} is {}", call, i, all[i]));
+          }
+        }
+      }
+      return Status::Ok();
+    }, TransportOptions("shm", 30s));
+    SCOPED_TRACE(n);
+    ExpectAllOk(results);
+  }
+}
+
+// An allgather whose blocks take 2-5 lines (57-280 bytes) travels in them
+// (AreaOp::AllgatherLinesFit): exact at the edges, in place and not, 2-5
+// ranks, with blocks just outside the bound (slots) and allreduces (lines
+// too, of other sizes) in between, so that every slot of the ring holds
+// other operations' lines and the slots' layout in turn; every call's values
+// differ from the last one's.
+TEST(CommFlatTest, AllgathersThroughFlaggedLinesAreExact) {
+  for (int n : {2, 3, 4, 5}) {
+    auto results = RunRanks(n, [n](Communicator& comm) -> Status {
+      const int me = comm.rank();
+      const auto rows = static_cast<size_t>(n);
+      int call = 0;
+      for (int round = 0; round < 3; ++round) {
+        for (size_t block : {56, 57, 64, 112, 113, 200, 280, 281}) {
+          for (bool in_place : {false, true}) {
+            ++call;
+            auto value = [&](size_t i, int r) { return static_cast<uint8_t>(i * 7 + static_cast<size_t>(r * 31 + call)); };
+            std::vector<uint8_t> in(block), all(block * rows, 0xee);
+            for (size_t i = 0; i < block; ++i) in[i] = value(i, me);
+            uint8_t* own = all.data() + static_cast<size_t>(me) * block;
+            if (in_place) std::copy(in.begin(), in.end(), own);
+            Work w = comm.Allgather(in_place ? own : in.data(), all.data(), block, DataType::kUint8);
+            CHOIR_RETURN_IF_ERROR(w.Wait());
+            if (w.info().algorithm != "shm_flat") {
+              return Status(Code::kInternal, fmt::format("{} B ran {}, not shm_flat", block, w.info().algorithm));
+            }
+            for (size_t i = 0; i < all.size(); ++i) {
+              const uint8_t want = value(i % block, static_cast<int>(i / block));
+              if (all[i] != want) {
+                return Status(Code::kInternal, fmt::format("{} B blocks{}, call {}: byte {} is {}, want {}", block,
+                                                           in_place ? " in place" : "", call, i, all[i], want));
+              }
+            }
+            // An allreduce of another size in the same ring: lines of its own.
+            std::vector<int32_t> x(block / 8 + 1, call + me), sum(x.size());
+            CHOIR_RETURN_IF_ERROR(comm.Allreduce(x.data(), sum.data(), x.size(), DataType::kInt32, ReduceOp::kSum).Wait());
+            const int32_t want_sum = n * call + n * (n - 1) / 2;
+            for (int32_t v : sum) {
+              if (v != want_sum) return Status(Code::kInternal, fmt::format("allreduce between: {} not {}", v, want_sum));
             }
           }
         }
