@@ -134,26 +134,44 @@ static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
 std::atomic_ref<uint64_t> FlagOf(uint8_t* line) {
   return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(line + AreaOp::kLinePayload));
 }
-size_t LinesFor(uint64_t bytes) { return static_cast<size_t>((bytes + AreaOp::kLinePayload - 1) / AreaOp::kLinePayload); }
+}  // namespace
+
+namespace {
+// Stores `bytes` from `in` in the lines from `first` on, each flag after
+// its payload.
+void WriteLines(transport::SlotHeader* h, const uint8_t* in, uint64_t bytes, size_t first, uint64_t flag) {
+  for (size_t j = 0, n = AreaOp::LinesOf(bytes); j < n; ++j) {
+    uint8_t* line = LineOf(h, first + j);
+    const size_t at = j * AreaOp::kLinePayload;
+    std::memcpy(line, in + at, std::min<uint64_t>(AreaOp::kLinePayload, bytes - at));
+    FlagOf(line).store(flag, std::memory_order_release);
+  }
+}
 }  // namespace
 
 void AreaOp::PublishLines(const void* src, uint64_t bytes) {
   // The header first: a reader that sees every line's flag sees it too.
   transport::SlotHeader* h = WriteHeader(bytes);
-  const auto* in = static_cast<const uint8_t*>(src);
+  WriteLines(h, static_cast<const uint8_t*>(src), bytes, 0,
+             LineFlag(id_, group_->headers[static_cast<size_t>(me())],
+                      LineMix(ctx_->sig_word(), ctx_->sig_count(), history_)));
+  group_->NotifyPeers();
+}
+
+void AreaOp::PublishBlockLines(const void* src, uint64_t block, int skip) {
+  transport::SlotHeader* h = WriteHeader(block * static_cast<uint64_t>(size()));
   const uint64_t flag = LineFlag(id_, group_->headers[static_cast<size_t>(me())],
                                  LineMix(ctx_->sig_word(), ctx_->sig_count(), history_));
-  for (size_t j = 0, n = LinesFor(bytes); j < n; ++j) {
-    uint8_t* line = LineOf(h, j);
-    const size_t at = j * kLinePayload;
-    std::memcpy(line, in + at, std::min<uint64_t>(kLinePayload, bytes - at));
-    FlagOf(line).store(flag, std::memory_order_release);
+  const auto* in = static_cast<const uint8_t*>(src);
+  const size_t per = AreaOp::LinesOf(block);
+  for (int b = 0; b < size(); ++b) {
+    if (b != skip) WriteLines(h, in + static_cast<size_t>(b) * block, block, static_cast<size_t>(b) * per, flag);
   }
   group_->NotifyPeers();
 }
 
-Status AreaOp::WaitLines(uint64_t bytes) {
-  const size_t lines = LinesFor(bytes);
+Status AreaOp::WaitLines(uint64_t bytes, size_t first_line) {
+  const size_t end = first_line + AreaOp::LinesOf(bytes);
   const uint64_t mix = LineMix(ctx_->sig_word(), ctx_->sig_count(), history_);
   int wrong = -1, elsewhere = -1;
   auto owes = [&](int p) {
@@ -161,7 +179,7 @@ Status AreaOp::WaitLines(uint64_t bytes) {
     transport::SlotHeader* h = header(p);
     const uint64_t flag = LineFlag(id_, group_->headers[static_cast<size_t>(p)], mix);
     bool all = true;
-    for (size_t j = 0; j < lines; ++j) all &= FlagOf(LineOf(h, j)).load(std::memory_order_acquire) == flag;
+    for (size_t j = first_line; j < end; ++j) all &= FlagOf(LineOf(h, j)).load(std::memory_order_acquire) == flag;
     if (all) return false;
     if (h->id.load(std::memory_order_acquire) == id_) {
       // Published here under another signature, or after other operations:
@@ -189,12 +207,12 @@ Status AreaOp::WaitLines(uint64_t bytes) {
   return Status::Ok();
 }
 
-void AreaOp::ReadLines(int p, void* dst, uint64_t bytes) const {
+void AreaOp::ReadLines(int p, void* dst, uint64_t bytes, size_t first_line) const {
   transport::SlotHeader* h = header(p);
   auto* out = static_cast<uint8_t*>(dst);
-  for (size_t j = 0, n = LinesFor(bytes); j < n; ++j) {
+  for (size_t j = 0, n = AreaOp::LinesOf(bytes); j < n; ++j) {
     const size_t at = j * kLinePayload;
-    std::memcpy(out + at, LineOf(h, j), std::min<uint64_t>(kLinePayload, bytes - at));
+    std::memcpy(out + at, LineOf(h, first_line + j), std::min<uint64_t>(kLinePayload, bytes - at));
   }
 }
 

@@ -70,25 +70,42 @@ class AreaOp {
   static constexpr size_t kLinePayload = 56;
   static constexpr uint64_t kLinesMaxBytes = 1024;
   static bool LinesFit(uint64_t bytes) { return bytes > 0 && bytes <= kLinesMaxBytes; }
-  // An allgather's blocks travel in lines when each takes 2 to 5 of them:
-  // on the Zen 5 VM, 2 ranks, median mean time of 6 interleaved launches in
-  // two passes, 0.90x-0.96x of the slot's at blocks of 64-256 bytes,
-  // 0.99x-1.08x at 8-32 and 1.15x-1.36x at 512-1024 (docs/
-  // performance-log.md, "Allgathers in lines").
-  static bool AllgatherLinesFit(uint64_t block) {
-    return block > kLinePayload && block <= 5 * kLinePayload;
+  static constexpr size_t LinesOf(uint64_t bytes) {
+    return static_cast<size_t>((bytes + kLinePayload - 1) / kLinePayload);
   }
-  // The slot space `bytes` take in lines (what AreaOp's `payload` asks for:
-  // from 393 bytes on they take a full slot).
-  static constexpr size_t LineLayoutBytes(uint64_t bytes) {
-    return 32 + 64 * static_cast<size_t>((bytes + kLinePayload - 1) / kLinePayload);
+  // The slot space `blocks` blocks of `bytes` take in lines, each block
+  // from a line of its own (what AreaOp's `payload` asks for: from 393
+  // bytes on they take a full slot).
+  static constexpr size_t LineLayoutBytes(uint64_t bytes, int blocks = 1) {
+    return 32 + 64 * static_cast<size_t>(blocks) * LinesOf(bytes);
   }
   void PublishLines(const void* src, uint64_t bytes);
-  // Waits for every peer's lines. Their flags carry the signature and the
-  // history (LineFlag in local_ops.cc): a peer's header is read only while
+  // An allgather's and a reduce_scatter's blocks travel in lines when each
+  // takes 2 to 5 of them (57-280 bytes) and all `blocks` a rank writes fit
+  // any full slot (one for an allgather, the ranks' for a reduce_scatter):
+  // every block starts a line of its own (block b at line b *
+  // LinesOf(block)), so that a reader polls and reads only the lines of the
+  // block it wants of each peer. On the Zen 5 VM, 2 ranks, median mean time
+  // of 6 interleaved launches against the slots', in two passes, at blocks
+  // of 64-256 bytes: allgather 0.90x-0.96x (0.99x-1.08x at 8-32,
+  // 1.15x-1.36x at 512-1024), reduce_scatter 0.84x-0.94x (1.10x-1.14x at
+  // 8-16, 1.02x at 512). An alltoall's, measured once the same way,
+  // 0.93x-1.02x: it keeps the slots (docs/performance-log.md, "The fourth
+  // session on the Zen 5 host").
+  static bool BlockLinesFit(uint64_t block, int blocks) {
+    return block > kLinePayload && block <= 5 * kLinePayload &&
+           LineLayoutBytes(block, blocks) <= transport::kSlotMinCapacity;
+  }
+  // Publishes the size() blocks of `block` bytes at `src` in lines, each
+  // from the line LinesOf(block) times its index on, all but block `skip`
+  // (this rank's own, which no peer reads).
+  void PublishBlockLines(const void* src, uint64_t block, int skip);
+  // Waits for the lines of every peer that hold `bytes` from line
+  // `first_line` on. Their flags carry the signature and the history
+  // (LineFlag in local_ops.cc): a peer's header is read only while
   // waiting, to tell a mismatch from a late peer.
-  Status WaitLines(uint64_t bytes);
-  void ReadLines(int local_index, void* dst, uint64_t bytes) const;
+  Status WaitLines(uint64_t bytes, size_t first_line = 0);
+  void ReadLines(int local_index, void* dst, uint64_t bytes, size_t first_line = 0) const;
   const uint8_t* data(int local_index) const { return data_of(local_index); }
   uint64_t bytes(int local_index) const { return header(local_index)->bytes; }
   void FinishReads();

@@ -129,12 +129,11 @@ size_t FlatSlotBytes(const OpArgs& a, int n) {
 
 namespace {
 
-// An allreduce through flagged lines (AreaOp::LinesFit): the peers'
-// payloads are gathered into a local buffer, then combined in rank order
-// like the slots.
-Status AllreduceLines(AreaOp& op, Context& c, const OpArgs& a, size_t bytes) {
-  op.PublishLines(a.send, bytes);
-  CHOIR_RETURN_IF_ERROR(op.WaitLines(bytes));
+// Combines, in rank order like the slots, this rank's `own` input and the
+// `bytes` every peer wrote from line `first_line` on (gathered into a local
+// buffer first) into `out`, `count` elements, once every peer's lines came.
+void ReduceFromLines(AreaOp& op, Context& c, const void* own, void* out, size_t count, size_t bytes,
+                     size_t first_line) {
   const size_t n = static_cast<size_t>(op.size());
   const size_t stride = (bytes + 63) / 64 * 64;
   alignas(64) std::array<uint8_t, 4096> stack;
@@ -150,18 +149,25 @@ Status AllreduceLines(AreaOp& op, Context& c, const OpArgs& a, size_t bytes) {
     if (static_cast<int>(p) == op.me()) {
       // The output may alias the first input only (ReduceMany): in place,
       // this rank's input is copied unless it is that one.
-      if (a.send != a.recv || p == 0) {
-        srcs.Set(p, a.send);
+      if (own != out || p == 0) {
+        srcs.Set(p, own);
         continue;
       }
-      std::memcpy(at, a.send, bytes);
+      std::memcpy(at, own, bytes);
     } else {
-      op.ReadLines(static_cast<int>(p), at, bytes);
+      op.ReadLines(static_cast<int>(p), at, bytes, first_line);
     }
     srcs.Set(p, at);
   }
-  kernels::ReduceMany(a.recv, srcs.data(), op.size(), a.count, c.dtype(), c.op());
-  FinishAverage(c, a.recv, a.count);
+  kernels::ReduceMany(out, srcs.data(), op.size(), count, c.dtype(), c.op());
+  FinishAverage(c, out, count);
+}
+
+// An allreduce through flagged lines (AreaOp::LinesFit).
+Status AllreduceLines(AreaOp& op, Context& c, const OpArgs& a, size_t bytes) {
+  op.PublishLines(a.send, bytes);
+  CHOIR_RETURN_IF_ERROR(op.WaitLines(bytes));
+  ReduceFromLines(op, c, a.send, a.recv, a.count, bytes, 0);
   op.FinishReads();
   return Status::Ok();
 }
@@ -197,11 +203,22 @@ Status AllreduceFlat(Context& c, const OpArgs& a) { return ReduceSlots(c, a, tru
 Status ReduceFlat(Context& c, const OpArgs& a) { return ReduceSlots(c, a, c.rank() == a.root); }
 
 Status ReduceScatterFlat(Context& c, const OpArgs& a) {
-  AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t block = a.count * c.elem_size();
+  const bool lines = AreaOp::BlockLinesFit(block, c.size());
+  AreaOp op(c, lines ? AreaOp::LineLayoutBytes(block, c.size()) : FlatSlotBytes(a, c.size()));
   const size_t n = static_cast<size_t>(op.size());
   const size_t me = static_cast<size_t>(c.rank());
   const auto* send = static_cast<const uint8_t*>(a.send);
+  if (lines) {
+    // Each rank's block of every peer in lines of its own (AreaOp::BlockLinesFit).
+    CHOIR_RETURN_IF_ERROR(op.Acquire());
+    const size_t first = me * AreaOp::LinesOf(block);
+    op.PublishBlockLines(send, block, static_cast<int>(me));
+    CHOIR_RETURN_IF_ERROR(op.WaitLines(block, first));
+    ReduceFromLines(op, c, send + me * block, a.recv, a.count, block, first);
+    op.FinishReads();
+    return Status::Ok();
+  }
   // In place (recv is this rank's block of send) the block goes through the
   // slot too: ReduceMany lets the output alias only its first input, and
   // this rank's block is input `rank`.
@@ -243,7 +260,7 @@ Status BroadcastFlat(Context& c, const OpArgs& a) {
 Status AllgatherFlat(Context& c, const OpArgs& a) {
   const size_t es = c.elem_size();
   const size_t block = a.count * es;  // every rank's (not for AllgatherV)
-  const bool lines = a.kind == CollKind::kAllgather && AreaOp::AllgatherLinesFit(block);
+  const bool lines = a.kind == CollKind::kAllgather && AreaOp::BlockLinesFit(block, 1);
   AreaOp op(c, lines ? AreaOp::LineLayoutBytes(block) : FlatSlotBytes(a, c.size()));
   const int n = op.size();
   const BlockLayout blocks(a, n);
@@ -315,8 +332,8 @@ Status ScatterFlat(Context& c, const OpArgs& a) {
 // every slot is for rank p, at p * count, so a rank reads its block from each
 // slot directly; equal counts are part of the signature WaitAll checks.
 Status AlltoallFlat(Context& c, const OpArgs& a) {
-  AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t block = a.count * c.elem_size();
+  AreaOp op(c, FlatSlotBytes(a, c.size()));
   const size_t n = static_cast<size_t>(op.size());
   const size_t mine = static_cast<size_t>(c.rank()) * block;
   const auto* send = static_cast<const uint8_t*>(a.send);

@@ -505,8 +505,8 @@ TEST(CommFlatTest, AllreducesThroughFlaggedLinesAreExact) {
 }
 
 // A stream of equal calls through lines (allreduce of 16 and 400 bytes, a
-// small and a full slot; allgather of 100-byte blocks), one rank late now
-// and then: a slot's lines from the operation one ring before carry the same
+// small and a full slot; allgather and reduce_scatter of 100-byte blocks),
+// one rank late now and then: a slot's lines from the operation one ring before carry the same
 // signature; the id and the history in their flags tell them from this
 // call's (either alone does).
 TEST(CommFlatTest, EqualCallsThroughLinesNeverTakeStaleLines) {
@@ -538,6 +538,17 @@ TEST(CommFlatTest, EqualCallsThroughLinesNeverTakeStaleLines) {
           }
         }
       }
+      std::vector<int8_t> parts(100 * static_cast<size_t>(n)), sum(100);
+      for (int call = 0; call < 300; ++call) {
+        if (me == n - 1 && call % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(call % 3 * 50));
+        for (size_t i = 0; i < parts.size(); ++i) parts[i] = static_cast<int8_t>((call + me + static_cast<int>(i / 100)) % 9);
+        CHOIR_RETURN_IF_ERROR(comm.ReduceScatter(parts.data(), sum.data(), 100, DataType::kInt8, ReduceOp::kSum).Wait());
+        int want = 0;
+        for (int r = 0; r < n; ++r) want += (call + r + me) % 9;
+        for (size_t i = 0; i < sum.size(); ++i) {
+          if (sum[i] != want) return Status(Code::kInternal, fmt::format("reduce_scatter call {}: {} not {}", call, sum[i], want));
+        }
+      }
       return Status::Ok();
     }, TransportOptions("shm", 30s));
     SCOPED_TRACE(n);
@@ -545,13 +556,13 @@ TEST(CommFlatTest, EqualCallsThroughLinesNeverTakeStaleLines) {
   }
 }
 
-// An allgather whose blocks take 2-5 lines (57-280 bytes) travels in them
-// (AreaOp::AllgatherLinesFit): exact at the edges, in place and not, 2-5
-// ranks, with blocks just outside the bound (slots) and allreduces (lines
-// too, of other sizes) in between, so that every slot of the ring holds
-// other operations' lines and the slots' layout in turn; every call's values
-// differ from the last one's.
-TEST(CommFlatTest, AllgathersThroughFlaggedLinesAreExact) {
+// An allgather or reduce_scatter whose blocks take 2-5 lines (57-280 bytes)
+// travels in them (AreaOp::BlockLinesFit): exact at the edges, in place and
+// not, 2-5 ranks, with blocks just outside the bound (slots) and allreduces
+// (lines too, of other sizes) in between, so that every slot of the ring
+// holds other operations' lines and the slots' layout in turn; every call's
+// values differ from the last one's.
+TEST(CommFlatTest, AllgathersAndReduceScattersThroughFlaggedLinesAreExact) {
   for (int n : {2, 3, 4, 5}) {
     auto results = RunRanks(n, [n](Communicator& comm) -> Status {
       const int me = comm.rank();
@@ -576,6 +587,27 @@ TEST(CommFlatTest, AllgathersThroughFlaggedLinesAreExact) {
               if (all[i] != want) {
                 return Status(Code::kInternal, fmt::format("{} B blocks{}, call {}: byte {} is {}, want {}", block,
                                                            in_place ? " in place" : "", call, i, all[i], want));
+              }
+            }
+            // A reduce_scatter of the same blocks: rank r's byte i of block b
+            // is (i + b + r + call) % 5 + 1, so the sums stay below 2^7.
+            auto part = [&](size_t i, size_t b, int r) {
+              return static_cast<int8_t>((i + b + static_cast<size_t>(r + call)) % 5 + 1);
+            };
+            std::vector<int8_t> full(block * rows), mine(block, 99);
+            for (size_t i = 0; i < full.size(); ++i) full[i] = part(i % block, i / block, me);
+            int8_t* dst = in_place ? full.data() + static_cast<size_t>(me) * block : mine.data();
+            Work rs = comm.ReduceScatter(full.data(), dst, block, DataType::kInt8, ReduceOp::kSum);
+            CHOIR_RETURN_IF_ERROR(rs.Wait());
+            if (rs.info().algorithm != "shm_flat") {
+              return Status(Code::kInternal, fmt::format("reduce_scatter of {} B ran {}", block, rs.info().algorithm));
+            }
+            for (size_t i = 0; i < block; ++i) {
+              int want = 0;
+              for (int r = 0; r < n; ++r) want += part(i, static_cast<size_t>(me), r);
+              if (dst[i] != want) {
+                return Status(Code::kInternal, fmt::format("reduce_scatter of {} B{}, call {}: byte {} is {}, want {}",
+                                                           block, in_place ? " in place" : "", call, i, dst[i], want));
               }
             }
             // An allreduce of another size in the same ring: lines of its own.
