@@ -110,9 +110,9 @@ namespace {
 // history there: lines that carry the flag it expects come from a peer
 // that runs the same collective after the same ones, which is all the
 // header would have told it. So it reads no header unless it has to wait.
-// Lines left by the operation before in the same slot differ in the id
-// alone when the signatures are equal, and otherwise match with odds of 1
-// in 2^64.
+// Lines left by the operation before in the same slot differ in the id,
+// and in the history the mix carries (it changes with every operation):
+// they match with odds of 1 in 2^64.
 uint64_t LineFlag(uint64_t id, const transport::SegmentHeader* writer, uint64_t mix) {
   return id ^ writer->token ^ mix;
 }

@@ -86,6 +86,35 @@ TEST(RemoteCopyBouncesTest, TheKernelsDestinationAfterItsSource) {
   EXPECT_FALSE(RemoteCopyBounces(/*write=*/false, page + 4096, at(0), 1 << 20));
 }
 
+// Which payloads travel in flagged lines: allreduces of 1 byte to 1 KiB;
+// allgather and reduce_scatter blocks of 2-5 lines (57-280 bytes) while all
+// the blocks a rank writes fit any full slot (n x lines <= 63); the layout
+// of the small slot (7 lines) and of the smallest full one (63 lines).
+TEST(FlaggedLinesTest, WhichPayloadsTravelInLines) {
+  EXPECT_FALSE(AreaOp::LinesFit(0));
+  EXPECT_TRUE(AreaOp::LinesFit(1));
+  EXPECT_TRUE(AreaOp::LinesFit(1024));
+  EXPECT_FALSE(AreaOp::LinesFit(1025));
+  EXPECT_EQ(AreaOp::LinesOf(56), 1u);
+  EXPECT_EQ(AreaOp::LinesOf(57), 2u);
+  EXPECT_EQ(AreaOp::LinesOf(280), 5u);
+  for (const uint64_t block : {uint64_t{0}, uint64_t{8}, uint64_t{56}, uint64_t{281}, uint64_t{1024}}) {
+    EXPECT_FALSE(AreaOp::BlockLinesFit(block, 1)) << block;
+  }
+  for (const uint64_t block : {uint64_t{57}, uint64_t{100}, uint64_t{224}, uint64_t{280}}) {
+    EXPECT_TRUE(AreaOp::BlockLinesFit(block, 1)) << block;
+    EXPECT_TRUE(AreaOp::BlockLinesFit(block, 12)) << block;  // 12 x 5 = 60 lines
+  }
+  EXPECT_TRUE(AreaOp::BlockLinesFit(57, 31));  // 31 x 2 = 62 lines
+  EXPECT_FALSE(AreaOp::BlockLinesFit(57, 32));  // 64 lines: more than the smallest full slot
+  EXPECT_FALSE(AreaOp::BlockLinesFit(280, 13));
+  // Header line and 7 lines fill a small slot; 63 lines the smallest full one.
+  EXPECT_EQ(AreaOp::LineLayoutBytes(57, 3), 32u + 64 * 6);
+  EXPECT_LE(AreaOp::LineLayoutBytes(112, 3), transport::kSmallSlotPayload);
+  EXPECT_GT(AreaOp::LineLayoutBytes(113, 3), transport::kSmallSlotPayload);
+  EXPECT_LE(AreaOp::LineLayoutBytes(57, 31), transport::kSlotMinCapacity);
+}
+
 TEST(SharedReduceStreamingTest, FromWhereTheBuffersLeaveTheLastLevelCache) {
   constexpr size_t kMiB = size_t{1} << 20;
   EXPECT_EQ(SharedReduceStreamingBytes(2, false, 32 * kMiB), 8 * kMiB);    // the AMD host

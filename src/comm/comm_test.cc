@@ -321,7 +321,7 @@ TEST(CommTest, ARepeatedCallRunsTheAlgorithmItNamesAndThenTheDefaultAgain) {
     }
     if (default_algorithm != "shm_flat") return Status(Code::kInternal, "default was " + default_algorithm);
     return Status::Ok();
-  });
+  }, TransportOptions("shm", 30s));
   ExpectAllOk(results);
 }
 
@@ -506,9 +506,10 @@ TEST(CommFlatTest, AllreducesThroughFlaggedLinesAreExact) {
 
 // A stream of equal calls through lines (allreduce of 16 and 400 bytes, a
 // small and a full slot; allgather and reduce_scatter of 100-byte blocks),
-// one rank late now and then: a slot's lines from the operation one ring before carry the same
-// signature; the id and the history in their flags tell them from this
-// call's (either alone does).
+// one rank late now and then: a slot's lines from the operation one ring
+// before carry the same signature; the id and the history in their flags
+// tell them from this call's. Either alone does, so this catches the loss
+// of both only.
 TEST(CommFlatTest, EqualCallsThroughLinesNeverTakeStaleLines) {
   for (int n : {2, 3}) {
     auto results = RunRanks(n, [n](Communicator& comm) -> Status {
@@ -1395,6 +1396,16 @@ TEST(CommFailureTest, MismatchedCountsOpsDtypesAndOrder) {
   auto bcast = [](size_t count) -> Call {
     return [=](Communicator& c, std::vector<int64_t>& v) { return c.Broadcast(v.data(), v.data(), count, DataType::kInt64, 0); };
   };
+  auto allgather = [](size_t count) -> Call {
+    return [=](Communicator& c, std::vector<int64_t>& v) {
+      return c.Allgather(v.data(), v.data() + 1000, count, DataType::kInt64);
+    };
+  };
+  auto reduce_scatter = [](size_t count) -> Call {
+    return [=](Communicator& c, std::vector<int64_t>& v) {
+      return c.ReduceScatter(v.data(), v.data() + 1000, count, DataType::kInt64, ReduceOp::kSum);
+    };
+  };
   struct Case {
     const char* name;
     Call rank0, others;
@@ -1403,6 +1414,12 @@ TEST(CommFailureTest, MismatchedCountsOpsDtypesAndOrder) {
       {"count", allreduce(10, DataType::kInt64), allreduce(12, DataType::kInt64)},
       // Flagged lines (800 bytes) against a slot's payload (1040), in one ring.
       {"count-lines", allreduce(100, DataType::kInt64), allreduce(130, DataType::kInt64)},
+      // Blocks of 96 and 104 bytes (lines both), and of 96 against 320 (slots).
+      {"allgather-count-lines", allgather(12), allgather(13)},
+      {"allgather-lines-slots", allgather(12), allgather(40)},
+      {"reduce_scatter-count-lines", reduce_scatter(12), reduce_scatter(13)},
+      {"reduce_scatter-lines-slots", reduce_scatter(12), reduce_scatter(40)},
+      {"allgather-reduce_scatter-lines", allgather(12), reduce_scatter(12)},
       {"dtype", allreduce(10, DataType::kInt64), allreduce(10, DataType::kFloat64)},
       {"op", allreduce(10, DataType::kInt64), bcast(10)},
       {"large-count", allreduce(100000, DataType::kInt64), allreduce(100001, DataType::kInt64)},
@@ -1536,20 +1553,28 @@ TEST(CommFailureTest, RootsThatDisagreeInABroadcastOrScatterAreFoundAtTheNextCol
       {"tcp", "this rank never read it in #1, so the ranks named different roots"}};
   for (const auto& [transport, said] : kinds) {
     for (const bool scatter : {false, true}) {
-      for (int n : {2, 3}) {
-        auto results = RunRanks(n, [scatter, n, said = said](Communicator& comm) -> Status {
+      for (int follow_n = 0; follow_n < (transport == "shm" ? 6 : 2); ++follow_n) {
+        const int n = 2 + follow_n % 2;
+        const int follow = follow_n / 2;
+        auto results = RunRanks(n, [scatter, n, follow, said = said](Communicator& comm) -> Status {
           // 2 ranks: each is its own root; 3 ranks: roots 0, 0 and 2.
           const int root = n == 2 ? comm.rank() : (comm.rank() == 2 ? 2 : 0);
           std::vector<float> in(4 * static_cast<size_t>(n), 1.0f), out(4);
           Status s = scatter ? comm.Scatter(in.data(), out.data(), 4, DataType::kFloat32, root).Wait()
                              : comm.Broadcast(in.data(), in.data(), 4, DataType::kFloat32, root).Wait();
           if (!s.ok()) return Status(Code::kInternal, "the rooted call itself failed: " + s.ToString());
-          s = comm.Allreduce(out.data(), out.data(), 4, DataType::kFloat32, ReduceOp::kSum).Wait();
+          // The next collective reads: an allreduce, an allgather or a
+          // reduce_scatter, in flagged lines on one host.
+          std::vector<float> block(25, 1.0f), all(25 * static_cast<size_t>(n));
+          if (follow == 0) s = comm.Allreduce(out.data(), out.data(), 4, DataType::kFloat32, ReduceOp::kSum).Wait();
+          if (follow == 1) s = comm.Allgather(block.data(), all.data(), 25, DataType::kFloat32).Wait();
+          if (follow == 2) s = comm.ReduceScatter(all.data(), block.data(), 25, DataType::kFloat32, ReduceOp::kSum).Wait();
           if (s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "want E401, got " + s.ToString());
           if (s.message().find(said) == std::string::npos) return Status(Code::kInternal, "uninformative: " + s.ToString());
           return Status::Ok();
         }, TransportOptions(transport, 10s));
-        SCOPED_TRACE(transport + ", " + std::to_string(n) + (scatter ? " ranks, scatter" : " ranks, broadcast"));
+        SCOPED_TRACE(transport + ", " + std::to_string(n) + (scatter ? " ranks, scatter" : " ranks, broadcast") +
+                     ", then " + std::to_string(follow));
         ExpectAllOk(results);
       }
     }
