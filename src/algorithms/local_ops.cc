@@ -10,19 +10,18 @@
 
 #include <fmt/format.h>
 
+#include "base/hash.h"
 #include "kernels/reduce.h"
 
 namespace choir::algorithms {
 namespace {
 
-// SlotHeader::history after an operation with this signature (a 32-bit mix;
-// a disagreement goes unseen with odds of 1 in 4 billion).
-uint32_t NextHistory(uint32_t history, uint64_t sig, uint64_t count) {
-  uint64_t x = (uint64_t{history} << 32 | history) ^ sig ^ (count * 0x9e3779b97f4a7c15ull);
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return static_cast<uint32_t>(x);
+// A hash of an operation's signature and of the history before it: its low
+// 32 bits are SlotHeader::history after the operation (a disagreement goes
+// unseen with odds of 1 in 4 billion), all 64 go into the lines' flags
+// (LineFlag).
+uint64_t SignatureHash(uint32_t history, uint64_t sig, uint64_t count) {
+  return Mix64((uint64_t{history} << 32 | history) ^ sig ^ (count * 0x9e3779b97f4a7c15ull));
 }
 
 }  // namespace
@@ -90,7 +89,7 @@ transport::SlotHeader* AreaOp::WriteHeader(uint64_t bytes) {
   h->count = ctx_->sig_count();
   h->bytes = static_cast<uint32_t>(std::min<uint64_t>(bytes, UINT32_MAX));
   h->history = history_;
-  group_->history = NextHistory(history_, h->sig, h->count);
+  group_->history = static_cast<uint32_t>(SignatureHash(history_, h->sig, h->count));
   h->id.store(id_, std::memory_order_release);
   return h;
 }
@@ -105,8 +104,8 @@ namespace {
 // (64 random bits, never written after the segment is made), so that the
 // bytes an operation of the slots' own layout left in the line (any user
 // data) are taken for a flag only if they hold that value at that place;
-// and with `mix`, a hash of the operation's signature and of the writer's
-// history (SlotHeader::history). A reader expects its own signature and
+// and with `mix`, SignatureHash of the operation's signature and of the
+// writer's history (SlotHeader::history). A reader expects its own signature and
 // history there: lines that carry the flag it expects come from a peer
 // that runs the same collective after the same ones, which is all the
 // header would have told it. So it reads no header unless it has to wait.
@@ -115,15 +114,6 @@ namespace {
 // they match with odds of 1 in 2^64.
 uint64_t LineFlag(uint64_t id, const transport::SegmentHeader* writer, uint64_t mix) {
   return id ^ writer->token ^ mix;
-}
-uint64_t LineMix(uint64_t sig, uint64_t count, uint32_t history) {
-  uint64_t x = sig ^ (count * 0x9e3779b97f4a7c15ull) ^ (uint64_t{history} << 32 | history);
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
 }
 // Lines of up to 392 bytes fit a small slot, the rest any full slot.
 static_assert(AreaOp::LineLayoutBytes(7 * AreaOp::kLinePayload) <= transport::kSmallSlotPayload);
@@ -154,14 +144,14 @@ void AreaOp::PublishLines(const void* src, uint64_t bytes) {
   transport::SlotHeader* h = WriteHeader(bytes);
   WriteLines(h, static_cast<const uint8_t*>(src), bytes, 0,
              LineFlag(id_, group_->headers[static_cast<size_t>(me())],
-                      LineMix(ctx_->sig_word(), ctx_->sig_count(), history_)));
+                      SignatureHash(history_, ctx_->sig_word(), ctx_->sig_count())));
   group_->NotifyPeers();
 }
 
 void AreaOp::PublishBlockLines(const void* src, uint64_t block, int skip) {
   transport::SlotHeader* h = WriteHeader(block * static_cast<uint64_t>(size()));
   const uint64_t flag = LineFlag(id_, group_->headers[static_cast<size_t>(me())],
-                                 LineMix(ctx_->sig_word(), ctx_->sig_count(), history_));
+                                 SignatureHash(history_, ctx_->sig_word(), ctx_->sig_count()));
   const auto* in = static_cast<const uint8_t*>(src);
   const size_t per = AreaOp::LinesOf(block);
   for (int b = 0; b < size(); ++b) {
@@ -172,7 +162,7 @@ void AreaOp::PublishBlockLines(const void* src, uint64_t block, int skip) {
 
 Status AreaOp::WaitLines(uint64_t bytes, size_t first_line) {
   const size_t end = first_line + AreaOp::LinesOf(bytes);
-  const uint64_t mix = LineMix(ctx_->sig_word(), ctx_->sig_count(), history_);
+  const uint64_t mix = SignatureHash(history_, ctx_->sig_word(), ctx_->sig_count());
   int wrong = -1, elsewhere = -1;
   auto owes = [&](int p) {
     if (wrong >= 0 || elsewhere >= 0) return false;

@@ -4,22 +4,14 @@
 
 #include <cstdint>
 
+#include "base/hash.h"
+
 namespace choir::store {
 namespace {
 
 bool KeptAsIs(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
          c == '-';
-}
-
-// Final mixer of SplitMix64: spreads every input bit over the output.
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
 }
 
 // Two unrelated 64-bit hashes (FNV-1a and a multiplicative polynomial), so a
@@ -32,7 +24,7 @@ std::string Hash128Hex(std::string_view data) {
     fnv = (fnv ^ c) * 0x100000001b3ULL;
     poly = (poly + c + 1) * 0x9e3779b97f4a7c15ULL;
   }
-  return fmt::format("{:016x}{:016x}", Mix(fnv), Mix(poly ^ (poly >> 29)));
+  return fmt::format("{:016x}{:016x}", Mix64(fnv), Mix64(poly ^ (poly >> 29)));
 }
 
 }  // namespace
