@@ -3,10 +3,13 @@
 // numbered error instead of a hang.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -1582,16 +1585,54 @@ TEST(CommFailureTest, RootsThatDisagreeInABroadcastOrScatterAreFoundAtTheNextCol
 }
 
 // In the parent of a forked child: closes the pipe's write end, reads what
-// the child wrote until it closes its end, and reaps the child.
-std::string ReadChildReport(const int fds[2], pid_t child, int* wstatus) {
+// the child wrote until it closes its end, and reaps the child. A child that
+// has not closed its end within `limit` is killed and reported (`*hung`), so
+// a child stuck in the runtime fails the test instead of hanging it.
+std::string ReadChildReport(const int fds[2], pid_t child, int* wstatus, bool* hung,
+                            std::chrono::seconds limit = 60s) {
   close(fds[1]);
   std::string report;
   char buf[512];
-  for (ssize_t k; (k = read(fds[0], buf, sizeof(buf))) > 0;) report.append(buf, static_cast<size_t>(k));
+  const auto until = std::chrono::steady_clock::now() + limit;
+  *hung = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = left.count() > 0 ? poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      *hung = true;
+      kill(child, SIGKILL);
+      break;
+    }
+    const ssize_t k = read(fds[0], buf, sizeof(buf));
+    if (k <= 0) break;
+    report.append(buf, static_cast<size_t>(k));
+  }
   close(fds[0]);
   waitpid(child, wstatus, 0);
   return report;
 }
+
+// Forking a process that has other threads. POSIX lets the child rely only on
+// async-signal-safe functions: a lock another thread holds at the fork stays
+// held in the child. glibc's malloc takes its locks across fork itself, but
+// the address sanitizer's runtime in GCC 12 does not (a child stuck in its
+// stack depot's lock was seen here). So the tests below fork only once every
+// other thread of the process is known to be idle: the peer rank parked on a
+// flag, and any engine thread started and waiting.
+struct ForkGate {
+  std::atomic<bool> peer_parked{false};  // the peer rank allocated all it needs and waits
+  std::atomic<bool> child_done{false};   // the child reported: the peer may go on
+  // On the peer's thread: parks until the child reported.
+  void ParkPeer() {
+    peer_parked.store(true);
+    while (!child_done.load()) std::this_thread::sleep_for(5ms);
+  }
+  void WaitForParkedPeer() const {
+    while (!peer_parked.load()) std::this_thread::sleep_for(1ms);
+  }
+};
 
 // A child forked from a rank's process holds a copy of its communicators: it
 // may not run operations (they would be matched against the parent's peers)
@@ -1599,13 +1640,25 @@ std::string ReadChildReport(const int fds[2], pid_t child, int* wstatus) {
 // segments and threads alone.
 TEST(CommFailureTest, AForkedChildCannotUseItsParentsCommunicator) {
   for (const std::string transport : {"shm", "tcp"}) {
-    auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    ForkGate gate;
+    auto results = RunRanks(2, [&gate](Communicator& comm) -> Status {
       auto sub = comm.Split(0, comm.rank());
-      if (!sub.ok()) return sub.status();
+      if (!sub.ok()) {
+        gate.peer_parked.store(true);
+        gate.child_done.store(true);
+        return sub.status();
+      }
       std::vector<int32_t> v(4, comm.rank() + 1);
+      if (comm.rank() == 1) gate.ParkPeer();
       if (comm.rank() == 0) {
+        // Released on every way out, so rank 1 never waits forever.
+        struct Release {
+          std::atomic<bool>& flag;
+          ~Release() { flag.store(true); }
+        } release{gate.child_done};
         int fds[2];
         if (pipe(fds) != 0) return Status(Code::kInternal, "pipe failed");
+        gate.WaitForParkedPeer();
         const pid_t child = fork();
         if (child == 0) {
           std::vector<int32_t> w(4, 7);
@@ -1617,7 +1670,10 @@ TEST(CommFailureTest, AForkedChildCannotUseItsParentsCommunicator) {
           _exit(written == static_cast<ssize_t>(report.size()) ? 0 : 1);
         }
         int wstatus = 0;
-        const std::string report = ReadChildReport(fds, child, &wstatus);
+        bool hung = false;
+        const std::string report = ReadChildReport(fds, child, &wstatus, &hung);
+        gate.child_done.store(true);
+        if (hung) return Status(Code::kInternal, "the child did not report within 60 s (killed)");
         if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
           return Status(Code::kInternal, "the child ended with status " + std::to_string(wstatus));
         }
@@ -1644,13 +1700,13 @@ TEST(CommFailureTest, AForkedChildCannotUseItsParentsCommunicator) {
 // once, from WaitFor as from Wait, that it cannot finish there (nothing in
 // the child runs the parent's queue), instead of waiting out its limit.
 TEST(CommFailureTest, AForkedChildWaitingForItsParentsQueuedOperationIsToldAtOnce) {
-  std::atomic<bool> child_done{false};
-  auto results = RunRanks(2, [&child_done](Communicator& comm) -> Status {
+  ForkGate gate;
+  auto results = RunRanks(2, [&gate](Communicator& comm) -> Status {
     constexpr size_t kCount = 1 << 18;  // 1 MiB: above CHOIR_ASYNC_BYTES, queued
     std::vector<float> v(kCount, static_cast<float>(comm.rank() + 1));
     if (comm.rank() == 1) {
       // Rank 0's operation stays unfinished until its child has waited.
-      while (!child_done.load()) std::this_thread::sleep_for(10ms);
+      gate.ParkPeer();
       return comm.Allreduce(v.data(), v.data(), kCount, DataType::kFloat32, ReduceOp::kSum).Wait();
     }
     Work w = comm.Allreduce(v.data(), v.data(), kCount, DataType::kFloat32, ReduceOp::kSum);
@@ -1658,9 +1714,15 @@ TEST(CommFailureTest, AForkedChildWaitingForItsParentsQueuedOperationIsToldAtOnc
     struct Release {
       std::atomic<bool>& flag;
       ~Release() { flag.store(true); }
-    } release{child_done};
+    } release{gate.child_done};
     int fds[2];
     if (pipe(fds) != 0) return Status(Code::kInternal, "pipe failed");
+    // The engine thread takes the operation and waits for rank 1 (it cannot
+    // finish: rank 1 is parked), so no thread but this one runs at the fork.
+    gate.WaitForParkedPeer();
+    if (Status s = w.WaitFor(100ms); s.code() != Code::kCollectiveTimeout) {
+      return Status(Code::kInternal, "want the operation unfinished before the fork, got " + s.ToString());
+    }
     const auto t0 = std::chrono::steady_clock::now();
     const pid_t child = fork();
     if (child == 0) {
@@ -1669,9 +1731,11 @@ TEST(CommFailureTest, AForkedChildWaitingForItsParentsQueuedOperationIsToldAtOnc
       _exit(written == static_cast<ssize_t>(report.size()) ? 0 : 1);
     }
     int wstatus = 0;
-    const std::string report = ReadChildReport(fds, child, &wstatus);
-    child_done.store(true);
+    bool hung = false;
+    const std::string report = ReadChildReport(fds, child, &wstatus, &hung);
+    gate.child_done.store(true);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (hung) return Status(Code::kInternal, "the child did not report within 60 s (killed)");
     if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
       return Status(Code::kInternal, "the child ended with status " + std::to_string(wstatus));
     }
