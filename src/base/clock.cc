@@ -5,6 +5,7 @@
 #include <string>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <x86intrin.h>
 #endif
 
@@ -33,6 +34,13 @@ bool KernelKeepsTimeWithCounter() {
   return (in >> source) && source == "tsc";
 }
 
+// CPUID 0x80000007, EDX bit 8: the counter runs at a constant rate in every
+// power state (the kernel's constant_tsc and nonstop_tsc).
+bool CounterIsInvariant() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(0x80000007, &a, &b, &c, &d) != 0 && (d & (1u << 8)) != 0;
+}
+
 // A counter reading and the kernel time it was taken at (the middle of two
 // kernel reads around it); false when they were too far apart.
 bool TightPair(uint64_t* ticks, int64_t* ns) {
@@ -49,7 +57,7 @@ bool TightPair(uint64_t* ticks, int64_t* ns) {
 // stays right to within the measurement's error (2 µs over 20 ms: 1e-4).
 struct CounterClock {
   CounterClock() {
-    usable = KernelKeepsTimeWithCounter();
+    usable = KernelKeepsTimeWithCounter() || CounterIsInvariant();
     for (int i = 0; usable && i < 100; ++i) {
       if (TightPair(&ticks0, &ns0)) return;
     }
@@ -120,6 +128,20 @@ int64_t OpNanos() {
   }
 #endif
   return RawNanos();
+}
+
+int64_t CheckedElapsed(int64_t counter_ns, int64_t coarse_ns, int64_t tick_ns) {
+  if (counter_ns >= 0 && counter_ns < kCounterTrustedNs) return counter_ns;
+  // Longer, or negative: the counter may have jumped (a VM moved or
+  // restored). Within two ticks of the coarse clock it is right.
+  if (counter_ns >= 0 && counter_ns <= coarse_ns + 2 * tick_ns) return counter_ns;
+  return std::max<int64_t>(0, coarse_ns);
+}
+
+int64_t ElapsedNanos(int64_t op_t0, int64_t coarse_t0) {
+  const int64_t d = OpNanos() - op_t0;
+  if (d >= 0 && d < kCounterTrustedNs) return d;  // the common case: no second clock read
+  return CheckedElapsed(d, CoarseNowNanos() - coarse_t0, CoarseTickNanos());
 }
 
 bool OpClockUsesCounter() {

@@ -36,16 +36,33 @@ int64_t CoarseTickNanos();
 // Nanoseconds for timing short operations: only differences of two readings
 // mean anything, and never mix them with NowNanos(). Read from the CPU's
 // time-stamp counter where the kernel itself keeps time with it (its clock
-// source is "tsc", so the counter is invariant and synchronized across CPUs):
-// 11-16 ns a reading instead of 25-38 ns for clock_gettime on the machine
-// of docs/performance-log.md, which an 8-byte collective pays twice. The counter's
-// rate is measured against CLOCK_MONOTONIC_RAW over the first 20 ms of the
-// process's use of this clock, from reading pairs no more than 2 µs apart
-// (until then it reads CLOCK_MONOTONIC_RAW).
-// Elsewhere it is CLOCK_MONOTONIC_RAW. Thread-safe.
+// source is "tsc"), or where the CPU says the counter runs at a constant
+// rate (CPUID's invariant counter: a VM whose kernel keeps time with the
+// hypervisor's clock, such as kvm-clock). A reading costs 11-16 ns instead of
+// 25-38 ns for clock_gettime on the machine of docs/performance-log.md,
+// and 23 ns instead of 45-60 on a VM with kvm-clock; an 8-byte collective
+// pays two. The counter's rate is measured against CLOCK_MONOTONIC_RAW over
+// the first 20 ms of the process's use of this clock, from reading pairs no
+// more than 2 µs apart (until then it reads CLOCK_MONOTONIC_RAW). Elsewhere
+// it is CLOCK_MONOTONIC_RAW. Where the kernel does not trust the counter it
+// may jump (a VM restored or moved to another host): ElapsedNanos checks
+// long intervals against the coarse clock. Thread-safe.
 int64_t OpNanos();
 // Whether OpNanos() reads the time-stamp counter (for tests and diagnostics).
 bool OpClockUsesCounter();
+
+// Intervals shorter than this are taken from the operation clock as they
+// are; longer ones are checked against the coarse clock.
+inline constexpr int64_t kCounterTrustedNs = 1'000'000;
+// The time since `op_t0` (an OpNanos() reading) and `coarse_t0` (a
+// CoarseNowNanos() reading taken with it): the operation clock's interval,
+// unless it is negative or, past kCounterTrustedNs, more than two ticks
+// longer than the coarse clock's (a counter that jumped), when it is the
+// coarse clock's. One clock read in the common case.
+int64_t ElapsedNanos(int64_t op_t0, int64_t coarse_t0);
+// ElapsedNanos's choice between an operation-clock interval and a
+// coarse-clock one (for tests).
+int64_t CheckedElapsed(int64_t counter_ns, int64_t coarse_ns, int64_t tick_ns);
 
 // A point in time after which a blocking call gives up. Infinite() never expires.
 class Deadline {

@@ -178,9 +178,12 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
     // reached everyone (it may have died). Our own Abort() already told them.
     if (!s.ok()) Fail(s, !abort_called_.load());
   }
-  info.seconds = static_cast<double>(std::max<int64_t>(0, OpNanos() - t0)) * 1e-9;
+  const int64_t elapsed = ElapsedNanos(t0, start);
+  info.seconds = static_cast<double>(elapsed) * 1e-9;
+  // How long the data kept it waiting: never longer than the whole call.
+  const int64_t waited = first_data_ns > t0 ? std::min(first_data_ns - t0, elapsed) : 0;
   metrics_->RecordOp(args.kind, plan != nullptr ? plan->selection_bytes : args.SelectionBytes(size_), info.seconds,
-                     s.ok(), algo_index, first_data_ns > t0 ? static_cast<double>(first_data_ns - t0) * 1e-9 : 0);
+                     s.ok(), algo_index, static_cast<double>(waited) * 1e-9);
   if (!s.ok()) metrics_->RecordError(s.number());
   if (unshared) {
     state->CompleteUnshared(std::move(s), info);

@@ -138,7 +138,7 @@ Status CommImpl::SettleP2P(PendingP2P& op, const transport::Xfer& x, Status s, c
 void CommImpl::FinishP2P(PendingP2P& op, Status s, int source_rank) {
   CompletionInfo info;
   info.source_rank = source_rank;
-  info.seconds = static_cast<double>(std::max<int64_t>(0, OpNanos() - op.t0)) * 1e-9;
+  info.seconds = static_cast<double>(ElapsedNanos(op.t0, op.posted_ns)) * 1e-9;
   metrics_->RecordOp(op.args.kind, op.args.SelectionBytes(size_), info.seconds, s.ok(), -1, 0);
   if (!s.ok()) metrics_->RecordError(s.number());
   op.state->Complete(std::move(s), info);
