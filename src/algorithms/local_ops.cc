@@ -89,9 +89,17 @@ transport::SlotHeader* AreaOp::WriteHeader(uint64_t bytes) {
   h->count = ctx_->sig_count();
   h->bytes = static_cast<uint32_t>(std::min<uint64_t>(bytes, UINT32_MAX));
   h->history = history_;
-  group_->history = static_cast<uint32_t>(SignatureHash(history_, h->sig, h->count));
+  group_->history = static_cast<uint32_t>(Mix());
   h->id.store(id_, std::memory_order_release);
   return h;
+}
+
+uint64_t AreaOp::Mix() {
+  if (!mix_set_) {
+    mix_ = SignatureHash(history_, ctx_->sig_word(), ctx_->sig_count());
+    mix_set_ = true;
+  }
+  return mix_;
 }
 
 void AreaOp::Publish(uint64_t bytes) {
@@ -126,6 +134,8 @@ std::atomic_ref<uint64_t> FlagOf(uint8_t* line) {
 }
 }  // namespace
 
+uint64_t AreaOp::OwnFlag() { return LineFlag(id_, group_->headers[static_cast<size_t>(me())], Mix()); }
+
 namespace {
 // Stores `bytes` from `in` in the lines from `first` on, each flag after
 // its payload.
@@ -142,16 +152,13 @@ void WriteLines(transport::SlotHeader* h, const uint8_t* in, uint64_t bytes, siz
 void AreaOp::PublishLines(const void* src, uint64_t bytes) {
   // The header first: a reader that sees every line's flag sees it too.
   transport::SlotHeader* h = WriteHeader(bytes);
-  WriteLines(h, static_cast<const uint8_t*>(src), bytes, 0,
-             LineFlag(id_, group_->headers[static_cast<size_t>(me())],
-                      SignatureHash(history_, ctx_->sig_word(), ctx_->sig_count())));
+  WriteLines(h, static_cast<const uint8_t*>(src), bytes, 0, OwnFlag());
   group_->NotifyPeers();
 }
 
 void AreaOp::PublishBlockLines(const void* src, uint64_t block, int skip) {
   transport::SlotHeader* h = WriteHeader(block * static_cast<uint64_t>(size()));
-  const uint64_t flag = LineFlag(id_, group_->headers[static_cast<size_t>(me())],
-                                 SignatureHash(history_, ctx_->sig_word(), ctx_->sig_count()));
+  const uint64_t flag = OwnFlag();
   const auto* in = static_cast<const uint8_t*>(src);
   const size_t per = AreaOp::LinesOf(block);
   for (int b = 0; b < size(); ++b) {
@@ -162,7 +169,7 @@ void AreaOp::PublishBlockLines(const void* src, uint64_t block, int skip) {
 
 Status AreaOp::WaitLines(uint64_t bytes, size_t first_line) {
   const size_t end = first_line + AreaOp::LinesOf(bytes);
-  const uint64_t mix = SignatureHash(history_, ctx_->sig_word(), ctx_->sig_count());
+  const uint64_t mix = Mix();
   int wrong = -1, elsewhere = -1;
   auto owes = [&](int p) {
     if (wrong >= 0 || elsewhere >= 0) return false;

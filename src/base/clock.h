@@ -40,8 +40,8 @@ int64_t CoarseTickNanos();
 // rate (CPUID's invariant counter: a VM whose kernel keeps time with the
 // hypervisor's clock, such as kvm-clock). A reading costs 11-16 ns instead of
 // 25-38 ns for clock_gettime on the machine of docs/performance-log.md,
-// and 23 ns instead of 45-60 on a VM with kvm-clock; an 8-byte collective
-// pays two. The counter's rate is measured against CLOCK_MONOTONIC_RAW over
+// and 11 ns instead of 26 on the Zen 5 VM there, whose kernel keeps time
+// with kvm-clock; an 8-byte collective pays two. The counter's rate is measured against CLOCK_MONOTONIC_RAW over
 // the first 20 ms of the process's use of this clock, from reading pairs no
 // more than 2 µs apart (until then it reads CLOCK_MONOTONIC_RAW). Elsewhere
 // it is CLOCK_MONOTONIC_RAW. Where the kernel does not trust the counter it
