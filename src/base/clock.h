@@ -38,15 +38,16 @@ int64_t CoarseTickNanos();
 // time-stamp counter where the kernel itself keeps time with it (its clock
 // source is "tsc"), or where the CPU says the counter runs at a constant
 // rate (CPUID's invariant counter: a VM whose kernel keeps time with the
-// hypervisor's clock, such as kvm-clock). A reading costs 11-16 ns instead of
-// 25-38 ns for clock_gettime on the machine of docs/performance-log.md,
+// hypervisor's clock, such as kvm-clock). A reading costs 11-16 ns instead
+// of 25-38 ns for clock_gettime on the machine of docs/performance-log.md,
 // and 11 ns instead of 26 on the Zen 5 VM there, whose kernel keeps time
-// with kvm-clock; an 8-byte collective pays two. The counter's rate is measured against CLOCK_MONOTONIC_RAW over
-// the first 20 ms of the process's use of this clock, from reading pairs no
-// more than 2 µs apart (until then it reads CLOCK_MONOTONIC_RAW). Elsewhere
-// it is CLOCK_MONOTONIC_RAW. Where the kernel does not trust the counter it
-// may jump (a VM restored or moved to another host): ElapsedNanos checks
-// long intervals against the coarse clock. Thread-safe.
+// with kvm-clock; an 8-byte collective pays two. The counter's rate is
+// measured against CLOCK_MONOTONIC_RAW over the first 20 ms of the
+// process's use of this clock, from reading pairs no more than 2 µs apart
+// (until then it reads CLOCK_MONOTONIC_RAW). Elsewhere it is
+// CLOCK_MONOTONIC_RAW. Where the kernel does not trust the counter it may
+// jump (a VM restored or moved to another host): ElapsedNanos checks long
+// intervals against the coarse clock. Thread-safe.
 int64_t OpNanos();
 // Whether OpNanos() reads the time-stamp counter (for tests and diagnostics).
 bool OpClockUsesCounter();

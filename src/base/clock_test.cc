@@ -69,6 +69,7 @@ TEST(ClockTest, CoarseClockTrailsTheSystemClockByAtMostATick) {
   }
 }
 
+#if defined(__x86_64__)
 // Whether /proc/cpuinfo lists every one of `flags` for the first CPU.
 bool CpuHasFlags(const std::vector<std::string>& flags) {
   std::ifstream in("/proc/cpuinfo");
@@ -82,6 +83,7 @@ bool CpuHasFlags(const std::vector<std::string>& flags) {
   }
   return false;
 }
+#endif
 
 // Where the kernel keeps time with the counter, or the CPU says the counter
 // runs at a constant rate in every state (the kernel's constant_tsc and
