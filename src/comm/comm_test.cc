@@ -1632,6 +1632,11 @@ struct ForkGate {
   void WaitForParkedPeer() const {
     while (!peer_parked.load()) std::this_thread::sleep_for(1ms);
   }
+  // Releases the peer when it goes, on every way out of the forking rank.
+  struct Release {
+    ForkGate& gate;
+    ~Release() { gate.child_done.store(true); }
+  };
 };
 
 // A child forked from a rank's process holds a copy of its communicators: it
@@ -1651,11 +1656,7 @@ TEST(CommFailureTest, AForkedChildCannotUseItsParentsCommunicator) {
       std::vector<int32_t> v(4, comm.rank() + 1);
       if (comm.rank() == 1) gate.ParkPeer();
       if (comm.rank() == 0) {
-        // Released on every way out, so rank 1 never waits forever.
-        struct Release {
-          std::atomic<bool>& flag;
-          ~Release() { flag.store(true); }
-        } release{gate.child_done};
+        const ForkGate::Release release{gate};  // rank 1 never waits forever
         int fds[2];
         if (pipe(fds) != 0) return Status(Code::kInternal, "pipe failed");
         gate.WaitForParkedPeer();
@@ -1710,11 +1711,7 @@ TEST(CommFailureTest, AForkedChildWaitingForItsParentsQueuedOperationIsToldAtOnc
       return comm.Allreduce(v.data(), v.data(), kCount, DataType::kFloat32, ReduceOp::kSum).Wait();
     }
     Work w = comm.Allreduce(v.data(), v.data(), kCount, DataType::kFloat32, ReduceOp::kSum);
-    // Released on every way out (before `w` goes), so rank 1 never waits forever.
-    struct Release {
-      std::atomic<bool>& flag;
-      ~Release() { flag.store(true); }
-    } release{gate.child_done};
+    const ForkGate::Release release{gate};  // before `w` goes: rank 1 never waits forever
     int fds[2];
     if (pipe(fds) != 0) return Status(Code::kInternal, "pipe failed");
     // The engine thread takes the operation and waits for rank 1 (it cannot
