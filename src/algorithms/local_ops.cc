@@ -46,6 +46,7 @@ bool LocalGroupUsable(const Context& c) {
 AreaOp::AreaOp(Context& c, size_t payload) : ctx_(&c), group_(c.local_group()) {
   id_ = group_->next_id++;
   history_ = group_->history;
+  mix_ = SignatureHash(history_, c.sig_word(), c.sig_count());
   small_ = payload <= transport::kSmallSlotPayload;
   depth_ = small_ ? transport::kSmallSlots : transport::kAreaSlots;
   slot_ = SlotOf(id_);
@@ -89,17 +90,9 @@ transport::SlotHeader* AreaOp::WriteHeader(uint64_t bytes) {
   h->count = ctx_->sig_count();
   h->bytes = static_cast<uint32_t>(std::min<uint64_t>(bytes, UINT32_MAX));
   h->history = history_;
-  group_->history = static_cast<uint32_t>(Mix());
+  group_->history = static_cast<uint32_t>(mix_);
   h->id.store(id_, std::memory_order_release);
   return h;
-}
-
-uint64_t AreaOp::Mix() {
-  if (!mix_set_) {
-    mix_ = SignatureHash(history_, ctx_->sig_word(), ctx_->sig_count());
-    mix_set_ = true;
-  }
-  return mix_;
 }
 
 void AreaOp::Publish(uint64_t bytes) {
@@ -134,7 +127,7 @@ std::atomic_ref<uint64_t> FlagOf(uint8_t* line) {
 }
 }  // namespace
 
-uint64_t AreaOp::OwnFlag() { return LineFlag(id_, group_->headers[static_cast<size_t>(me())], Mix()); }
+uint64_t AreaOp::OwnFlag() { return LineFlag(id_, group_->headers[static_cast<size_t>(me())], mix_); }
 
 namespace {
 // Stores `bytes` from `in` in the lines from `first` on, each flag after
@@ -169,7 +162,7 @@ void AreaOp::PublishBlockLines(const void* src, uint64_t block, int skip) {
 
 Status AreaOp::WaitLines(uint64_t bytes, size_t first_line) {
   const size_t end = first_line + AreaOp::LinesOf(bytes);
-  const uint64_t mix = Mix();
+  const uint64_t mix = mix_;
   int wrong = -1, elsewhere = -1;
   auto owes = [&](int p) {
     if (wrong >= 0 || elsewhere >= 0) return false;

@@ -202,12 +202,9 @@ class AreaOp {
   int SlotOf(uint64_t id) const { return static_cast<int>(id & static_cast<uint64_t>(depth_ - 1)); }
   int slot_;
   uint32_t history_;  // SlotHeader::history this rank publishes, and expects of its peers
-  // SignatureHash of this operation's signature after history_ (the next
-  // history, and the mix of the lines' flags): computed once, when first
-  // needed (Mix()).
-  uint64_t mix_ = 0;
-  bool mix_set_ = false;
-  uint64_t Mix();
+  // SignatureHash of this operation's signature after history_: the next
+  // history, and the mix of the lines' flags.
+  uint64_t mix_;
   // The flag this rank's lines carry in this operation (LineFlag).
   uint64_t OwnFlag();
   // Whose slots this operation read: kReadNone, kReadAll or one local index
