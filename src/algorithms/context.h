@@ -52,6 +52,14 @@ class Context {
  public:
   Context(transport::Endpoint& endpoint, const transport::RunHooks& hooks, uint64_t seq,
           const Signature& signature, const OpArgs& args, Scratch& scratch);
+  // The same context for another call with equal arguments: its sequence
+  // number and hooks (CommImpl's call plan keeps the context of a repeated
+  // call instead of building it every time).
+  void Renew(uint64_t seq, const transport::RunHooks& hooks) {
+    seq_ = seq;
+    hooks_ = &hooks;
+    step_ = 0;
+  }
   // A sub-group view: `ranks` lists the communicator ranks of the group in group order.
   Context Subgroup(std::vector<int> ranks) const;
   // The same view combining with `op` (hierarchical steps of an average sum,

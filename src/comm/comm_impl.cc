@@ -80,17 +80,19 @@ void CommImpl::Fail(const Status& status, bool broadcast) {
 }
 
 Work CommImpl::Submit(OpArgs&& args, const CallOptions& options) {
-  auto state = NewWorkState();
-  state->owner = engine_.get();
   if (ForkedCopy()) [[unlikely]] {
+    auto state = NewWorkState();
+    state->owner = engine_.get();
     state->Complete(ForkedCopyError(algorithms::CollKindName(args.kind)), CompletionInfo{});
     return Work(std::move(state));
   }
   const bool p2p = args.kind == CollKind::kSend || args.kind == CollKind::kRecv;
   const bool small = args.SelectionBytes(size_) <= config_.async_bytes;
-  // The state moves into the Work: a copy would cost two locked reference
-  // count updates on the small-message path.
+  std::shared_ptr<Work::State> state;
   if ((small || p2p) && engine_->TryRunInline([&] {
+        // A send or receive may stay pending: it takes a state of its own.
+        state = p2p ? NewWorkState() : TakeInlineState();
+        state->owner = engine_.get();
         inline_exec_ = true;
         Execute(args, options, state, /*unshared=*/true);
         inline_exec_ = false;
@@ -98,8 +100,12 @@ Work CommImpl::Submit(OpArgs&& args, const CallOptions& options) {
     // A send or receive that could not finish at once is pending: whoever
     // waits for it drives it (comm/p2p.cc).
     if (p2p && !state->is_done()) state->help = MakeHelp(state.get());
+    // Moved into the Work: a copy would cost two more locked reference
+    // count updates on the small-message path.
     return Work(std::move(state));
   }
+  state = NewWorkState();
+  state->owner = engine_.get();
   // A thread that waits for this operation before the progress thread took
   // it runs it (and anything queued before it) itself.
   state->help = MakeHelp(state.get());
@@ -118,6 +124,18 @@ Work CommImpl::Submit(OpArgs&& args, const CallOptions& options) {
   // transport: it returns for what was just queued.
   if (p2p_pending_.load(std::memory_order_seq_cst)) endpoint_->Wake();
   return Work(std::move(state));
+}
+
+std::shared_ptr<Work::State> CommImpl::TakeInlineState() {
+  if (spare_state_ != nullptr && spare_state_.use_count() == 1) {
+    // Every other holder let go with a releasing decrement of the count this
+    // load read: the fence orders their accesses to the state before ours.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    spare_state_->Reset();
+  } else {
+    spare_state_ = NewWorkState();
+  }
+  return spare_state_;
 }
 
 std::function<void()> CommImpl::MakeHelp(Work::State* state) const {
@@ -148,9 +166,10 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
   int64_t first_data_ns = 0;  // OpNanos() when data first had to be waited for
   int algo_index = -1;
   CallPlan* plan = nullptr;
-  Status s = sticky();
-  if (!s.ok()) {
-    s = Status(s.code(), "this communicator already failed: " + s.message());
+  Status s;
+  if (failed_.load(std::memory_order_acquire)) [[unlikely]] {
+    const Status first = sticky();
+    s = Status(first.code(), "this communicator already failed: " + first.message());
   } else if (Status invalid = ValidateOnce(args, &plan); !invalid.ok()) {
     s = invalid.WithContext("rank " + std::to_string(rank_) + ": " + algorithms::CollKindName(args.kind));
     Fail(s, /*local=*/true);
@@ -194,20 +213,25 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
 
 Status CommImpl::ValidateOnce(const OpArgs& a, CallPlan** plan) {
   CallPlan& v = last_call_;
-  *plan = nullptr;
   // Per-rank counts (the V variants) are never kept, so a call that has
   // them is always checked.
   const bool counts = !a.send_counts.empty() || !a.recv_counts.empty();
   if (v.set && !counts && v.kind == a.kind && v.send == a.send && v.recv == a.recv && v.count == a.count &&
-      v.dtype == a.dtype && v.op == a.op && v.root == a.root && v.peer == a.peer && v.tag == a.tag) {
+      v.dtype == a.dtype && v.op == a.op && v.root == a.root && v.peer == a.peer && v.tag == a.tag) [[likely]] {
     *plan = &v;
     return Status::Ok();
   }
+  return ValidateAndPlan(a, counts, plan);
+}
+
+Status CommImpl::ValidateAndPlan(const OpArgs& a, bool counts, CallPlan** plan) {
+  CallPlan& v = last_call_;
+  *plan = nullptr;
   Status s = Validate(a);
   const bool vkind = a.kind == CollKind::kAllgatherV || a.kind == CollKind::kAlltoallV;
   if (!s.ok() || vkind || counts) return s;
   v = {true, a.kind, a.send, a.recv, a.count, a.dtype, a.op, a.root, a.peer, a.tag, Signature::Of(a),
-       a.SelectionBytes(size_), nullptr, -1};
+       a.SelectionBytes(size_), nullptr, -1, std::nullopt};
   *plan = &v;
   return s;
 }
@@ -215,7 +239,9 @@ Status CommImpl::ValidateOnce(const OpArgs& a, CallPlan** plan) {
 Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, CallPlan* plan, uint64_t seq,
                                int64_t start, Deadline deadline, CompletionInfo* info, int* algo_index,
                                int64_t* first_data_ns) {
-  const Signature sig = plan != nullptr ? plan->sig : Signature::Of(args);
+  Signature own_sig;
+  if (plan == nullptr) own_sig = Signature::Of(args);
+  const Signature& sig = plan != nullptr ? plan->sig : own_sig;
   OpObserver observer(this, sig, seq);
   transport::RunHooks hooks;
   hooks.deadline = deadline;
@@ -226,30 +252,45 @@ Status CommImpl::RunCollective(OpArgs& args, const CallOptions& options, CallPla
   Status s;
   if (config_.mismatch == MismatchCheck::kFull && size_ > 1) s = CheckSignatures(sig, seq, deadline);
   if (s.ok()) {
-    algorithms::Context ctx(*endpoint_, hooks, seq, sig, args, scratch_);
-    ctx.set_layout(&layout_);
-    ctx.set_select_config(&config_.select);
-    ctx.set_walk_chooser(&walk_chooser_);
-    ctx.set_staging_chooser(&staging_chooser_);
-    ctx.set_link_costs(intra_host_cost_, inter_host_cost_);
     // A call equal to the last one takes the algorithm chosen for it, unless
     // it names one of its own.
     const bool planned = plan != nullptr && options.algorithm.empty();
-    const algorithms::Algorithm* algo = planned ? plan->algorithm : nullptr;
-    if (algo != nullptr) {
-      *algo_index = plan->algo_index;
-    } else {
-      auto chosen = Select(ctx, args, options);
-      if (!chosen.ok()) return chosen.status().WithContext(Describe(sig, seq));
-      algo = *chosen;
-      *algo_index = static_cast<int>(algo - algorithms::AllAlgorithms().data());
-      if (planned) {
-        plan->algorithm = algo;
-        plan->algo_index = *algo_index;
+    bool unselectable = false;
+    auto run = [&](algorithms::Context& ctx) -> Status {
+      const algorithms::Algorithm* algo = planned ? plan->algorithm : nullptr;
+      if (algo != nullptr) {
+        *algo_index = plan->algo_index;
+      } else {
+        auto chosen = Select(ctx, args, options);
+        if (!chosen.ok()) {
+          unselectable = true;
+          return chosen.status();
+        }
+        algo = *chosen;
+        *algo_index = static_cast<int>(algo - algorithms::AllAlgorithms().data());
+        if (planned) {
+          plan->algorithm = algo;
+          plan->algo_index = *algo_index;
+        }
       }
+      info->algorithm = algo->name;
+      return algo->fn(ctx, args);
+    };
+    // A planned call runs in the context made for the plan's first call.
+    if (plan != nullptr && plan->ctx) {
+      plan->ctx->Renew(seq, hooks);
+      s = run(*plan->ctx);
+    } else {
+      algorithms::Context ctx(*endpoint_, hooks, seq, sig, args, scratch_);
+      ctx.set_layout(&layout_);
+      ctx.set_select_config(&config_.select);
+      ctx.set_walk_chooser(&walk_chooser_);
+      ctx.set_staging_chooser(&staging_chooser_);
+      ctx.set_link_costs(intra_host_cost_, inter_host_cost_);
+      if (plan != nullptr) plan->ctx = ctx;
+      s = run(ctx);
     }
-    info->algorithm = algo->name;
-    s = algo->fn(ctx, args);
+    if (unselectable) return s.WithContext(Describe(sig, seq));
   }
   if (s.ok()) return s;
   s = endpoint_->Explain(s);  // a lost peer is often explained by another rank's abort report

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,11 +120,18 @@ class CommImpl {
     uint64_t selection_bytes = 0;
     const algorithms::Algorithm* algorithm = nullptr;  // the default choice once made
     int algo_index = -1;
+    // The context its calls run in, made by the first (RunCollective); each
+    // call renews its sequence number and hooks (which point into that
+    // call's frame: valid only while it runs).
+    std::optional<algorithms::Context> ctx;
   };
   // Validate, skipped for a call equal to the last one that passed. Sets
   // `plan` to the call's plan, or to null for calls never kept: those with
   // per-rank counts (the V variants), whose counts it would have to keep.
   Status ValidateOnce(const algorithms::OpArgs& args, CallPlan** plan);
+  // ValidateOnce for a call unlike the last one: Validate, then keep its
+  // plan unless it has per-rank counts (`counts`).
+  Status ValidateAndPlan(const algorithms::OpArgs& args, bool counts, CallPlan** plan);
   // Runs one operation to completion on the current thread. `unshared`: no
   // other thread can reach `state` yet (an operation run inline, before its
   // Work is returned).
@@ -183,6 +191,10 @@ class CommImpl {
   void FailPendingP2P(const Status& s, const Work::State* own);
   void ScheduleP2PProgress();
   void P2PProgressTask();
+  // The state for a collective run inline: the last one's, once every Work
+  // for it is gone (a loop of small calls allocates none), else a new one,
+  // kept for the next call (engine token held).
+  std::shared_ptr<Work::State> TakeInlineState();
   // For Work::State::help: runs queued tasks and the background task
   // (P2PProgressTask) on the waiting thread (Engine::Help).
   std::function<void()> MakeHelp(Work::State* state) const;
@@ -223,6 +235,7 @@ class CommImpl {
     const algorithms::Algorithm* algorithm = nullptr;
   } last_selection_;
   CallPlan last_call_;  // the last call that passed Validate (ValidateOnce)
+  std::shared_ptr<Work::State> spare_state_;  // TakeInlineState's (engine token held)
   // The process that created this communicator (base/fork.h): a forked
   // child's copy refuses to run operations and leaves everything alone.
   const uint64_t fork_generation_ = WatchForks();

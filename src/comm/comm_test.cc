@@ -328,6 +328,64 @@ TEST(CommTest, ARepeatedCallRunsTheAlgorithmItNamesAndThenTheDefaultAgain) {
   ExpectAllOk(results);
 }
 
+// A small call run inline takes the state of the one before it once nobody
+// holds that one's Work (CommImpl::TakeInlineState), and a repeated call the
+// context its plan made. Each Work keeps its own result while held; a
+// callback runs once, for its own operation; calls that alternate with
+// others keep their sequence numbers and results.
+TEST(CommTest, SmallCallsReuseAStateOnlyOnceNobodyHoldsItsWork) {
+  auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    int32_t value = 0;
+    auto bcast = [&] { return comm.Broadcast(&value, &value, 1, DataType::kInt32, 0); };
+    auto fail = [](const std::string& what) { return Status(Code::kInternal, what); };
+    value = comm.rank() == 0 ? 7 : -1;
+    Work first = bcast();
+    CHOIR_RETURN_IF_ERROR(first.Wait());
+    const uint64_t seq = first.info().sequence;
+    value = comm.rank() == 0 ? 8 : -1;
+    Work second = bcast();  // `first` is still held: a state of its own
+    CHOIR_RETURN_IF_ERROR(second.Wait());
+    if (value != 8) return fail(fmt::format("second broadcast gave {}", value));
+    if (first.info().sequence != seq || second.info().sequence != seq + 1 || !first.Done() ||
+        !first.status().ok() || first.info().algorithm.empty()) {
+      return fail(fmt::format("held Work changed: sequences {} and {} after {}", first.info().sequence,
+                              second.info().sequence, seq));
+    }
+    first = Work();
+    second = Work();
+    int callbacks = 0;
+    for (int i = 0; i < 4; ++i) {
+      value = comm.rank() == 0 ? 100 + i : -1;
+      Work w = bcast();
+      if (!w.Done()) return fail("an inline broadcast was not done when it returned");
+      w.Then([&](const Status& st) { callbacks += st.ok() ? 1 : 1000; });
+      if (callbacks != i + 1) return fail(fmt::format("call {}: {} callbacks ran", i, callbacks));
+      CHOIR_RETURN_IF_ERROR(w.Wait());
+      if (value != 100 + i || w.info().sequence != seq + 2 + static_cast<uint64_t>(i)) {
+        return fail(fmt::format("call {}: value {}, sequence {}", i, value, w.info().sequence));
+      }
+    }
+    // Alternating calls: each new one is planned afresh, each repeat reuses.
+    std::vector<int32_t> in(6), out(6);
+    for (int i = 0; i < 5; ++i) {
+      const bool reduce = i != 1 && i != 3;
+      for (size_t j = 0; j < in.size(); ++j) in[j] = static_cast<int32_t>(10 * i + j) * (comm.rank() + 1);
+      Work w = reduce ? comm.Allreduce(in.data(), out.data(), in.size(), DataType::kInt32, ReduceOp::kSum)
+                      : comm.Broadcast(in.data(), out.data(), in.size(), DataType::kInt32, 1);
+      CHOIR_RETURN_IF_ERROR(w.Wait());
+      for (size_t j = 0; j < out.size(); ++j) {
+        const int32_t want = static_cast<int32_t>(10 * i + j) * (reduce ? 3 : 2);
+        if (out[j] != want) return fail(fmt::format("call {}: out[{}] = {}, not {}", i, j, out[j], want));
+      }
+      if (w.info().sequence != seq + 6 + static_cast<uint64_t>(i)) {
+        return fail(fmt::format("call {}: sequence {}", i, w.info().sequence));
+      }
+    }
+    return Status::Ok();
+  }, TransportOptions("shm", 30s));
+  ExpectAllOk(results);
+}
+
 // A rank that destroys its communicator says bye: peers that go on among
 // themselves are not disturbed by its closed connections (the exit race of a
 // job's last collective), and one that still expects data from it gets a

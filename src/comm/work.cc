@@ -144,6 +144,19 @@ std::shared_ptr<Work::State> NewWorkState() {
 
 bool RecyclesWorkStates() { return CHOIR_RECYCLE_WORK_STATES != 0; }
 
+void Work::State::Reset() {
+  // Complete() sets status and info afresh; the flags go back to "running".
+  // The rest is empty on a finished state run inline (its callbacks ran,
+  // and it had no helpers): the tests keep the small-message path cheap.
+  done.store(0, std::memory_order_relaxed);
+  result_set.store(0, std::memory_order_relaxed);
+  has_callbacks.store(0, std::memory_order_relaxed);
+  failing_in_child.store(0, std::memory_order_relaxed);
+  if (!callbacks.empty()) callbacks.clear();
+  if (help) help = nullptr;
+  if (start) start = nullptr;
+}
+
 void Work::State::RunCallbacks() {
   std::unique_lock<std::mutex> lock(mu);
   while (!callbacks.empty()) {

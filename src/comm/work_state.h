@@ -75,6 +75,12 @@ struct Work::State {
   void CompleteUnshared(Status s, const CompletionInfo& i);
   // Runs the queued callbacks (and any queued while they run).
   void RunCallbacks();
+  // Makes a finished state ready for another operation: not done, no
+  // callbacks, no helpers (status and info wait for Complete to set them
+  // again; the owner stays). Only for a state whose one holder is the
+  // caller, which made every earlier holder's accesses happen before this
+  // call (CommImpl::TakeInlineState).
+  void Reset();
   // Blocks until done, or (unless `forever`) until `timeout` passes (at
   // once when it is not positive); true if done.
   bool Block(std::chrono::nanoseconds timeout, bool forever);
