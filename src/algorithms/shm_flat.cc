@@ -184,11 +184,16 @@ Status ReduceSlots(Context& c, const OpArgs& a, bool want_result) {
   // and lines measured level or slower there (docs/performance-log.md,
   // "Flagged lines").
   if (lines) return AllreduceLines(op, c, a, bytes);
-  Copy(op.my_data(), a.send, bytes);
-  op.Publish(bytes);
+  // Nobody reads a reduce root's slot: it publishes its header alone (the
+  // peers' signature checks) and combines its input where it is, unless
+  // the call is in place (its output would then be an input it overwrites).
+  const bool own_input = a.kind == CollKind::kReduce && want_result && a.send != a.recv;
+  if (!own_input) Copy(op.my_data(), a.send, bytes);
+  op.Publish(own_input ? 0 : bytes);
   if (want_result) {
     CHOIR_RETURN_IF_ERROR(op.WaitAll());
     AllSlots srcs(op, 0);
+    if (own_input) srcs.Set(static_cast<size_t>(op.me()), a.send);
     if (a.count > 0) kernels::ReduceMany(a.recv, srcs.data(), op.size(), a.count, c.dtype(), c.op());
     FinishAverage(c, a.recv, a.count);
   }
