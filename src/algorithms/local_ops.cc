@@ -50,6 +50,8 @@ AreaOp::AreaOp(Context& c, size_t payload) : ctx_(&c), group_(c.local_group()) {
   small_ = payload <= transport::kSmallSlotPayload;
   depth_ = small_ ? transport::kSmallSlots : transport::kAreaSlots;
   slot_ = SlotOf(id_);
+  const size_t lines = (sizeof(transport::SlotHeader) + payload + 63) / 64;
+  if (small_ && lines <= kMaxNextLines) next_lines_ = static_cast<int>(lines);
 }
 
 Status AreaOp::Wait(absl::FunctionRef<bool(int)> owes, const char* to_do, bool marks_data) {
@@ -85,6 +87,7 @@ Status AreaOp::Acquire() {
 }
 
 transport::SlotHeader* AreaOp::WriteHeader(uint64_t bytes) {
+  if (bytes > 0) next_lines_ = 1;  // an exchange (next_lines_)
   transport::SlotHeader* h = header(me());
   h->sig = ctx_->sig_word();
   h->count = ctx_->sig_count();
@@ -306,7 +309,8 @@ void AreaOp::FinishReads() {
   for (int p = 0; p < size(); ++p) {
     if (p != me() && (read_from_ == kReadAll || read_from_ == p)) {
       const transport::AreaView& a = group_->areas[static_cast<size_t>(p)];
-      __builtin_prefetch(small_ ? a.small_slot(next) : a.slot(next), 0, 3);
+      const auto* line = reinterpret_cast<const uint8_t*>(small_ ? a.small_slot(next) : a.slot(next));
+      for (int l = 0; l < next_lines_; ++l) __builtin_prefetch(line + 64 * l, 0, 3);
     }
   }
 }

@@ -212,6 +212,17 @@ class AreaOp {
   static constexpr int kReadNone = -1;
   static constexpr int kReadAll = -2;
   int read_from_ = kReadNone;
+  // Lines of a peer's next slot FinishReads fetches. A rank that publishes
+  // no data of its own (a broadcast's receivers, a reduce's root) reads
+  // from a peer that does not wait for it and so has often written its next
+  // slot already: all the lines this operation's payload spans, when they
+  // are at most kMaxNextLines (the next call is assumed alike). In an
+  // exchange the peer writes its next slot only after this rank's data
+  // arrived, and fetching lines it is about to write costs more than it
+  // saves; so do the first lines of a longer payload: the header line alone
+  // (docs/performance-log.md, "The sixth session on the Zen 5 host").
+  static constexpr size_t kMaxNextLines = 5;  // a header and 256 bytes
+  int next_lines_ = 1;
   std::vector<PeerBuffers> peers_;  // filled by ExchangeAddresses
 
   friend Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, const std::vector<uint64_t>& table,
