@@ -215,13 +215,14 @@ class AreaOp {
   // Lines of a peer's next slot FinishReads fetches. A rank that publishes
   // no data of its own (a broadcast's receivers, a reduce's root) reads
   // from a peer that does not wait for it and so has often written its next
-  // slot already: all the lines this operation's payload spans, when they
-  // are at most kMaxNextLines (the next call is assumed alike). In an
-  // exchange the peer writes its next slot only after this rank's data
+  // slot already: both lines of a payload that spills past its header's
+  // line, when it ends in the second (the next call is assumed alike). In
+  // an exchange the peer writes its next slot only after this rank's data
   // arrived, and fetching lines it is about to write costs more than it
-  // saves; so do the first lines of a longer payload: the header line alone
-  // (docs/performance-log.md, "The sixth session on the Zen 5 host").
-  static constexpr size_t kMaxNextLines = 5;  // a header and 256 bytes
+  // saves; fetching more lines of a longer payload measured level or
+  // slower: the header line alone (docs/performance-log.md, "The sixth
+  // session on the Zen 5 host").
+  static constexpr size_t kMaxNextLines = 2;  // a header and 96 bytes
   int next_lines_ = 1;
   std::vector<PeerBuffers> peers_;  // filled by ExchangeAddresses
 
