@@ -147,7 +147,8 @@ bool RecyclesWorkStates() { return CHOIR_RECYCLE_WORK_STATES != 0; }
 void Work::State::Reset() {
   // Complete() sets status and info afresh; the flags go back to "running".
   // The rest is empty on a finished state run inline (its callbacks ran,
-  // and it had no helpers): the tests keep the small-message path cheap.
+  // and it had no helpers): checking first keeps the small-message path
+  // from assigning them every call.
   done.store(0, std::memory_order_relaxed);
   result_set.store(0, std::memory_order_relaxed);
   has_callbacks.store(0, std::memory_order_relaxed);
