@@ -13,8 +13,31 @@
 #include "base/hash.h"
 #include "kernels/reduce.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace choir::algorithms {
 namespace {
+
+// Fetches the cache line at `p` for writing (PREFETCHW): the line arrives
+// owned, and copies in other caches are dropped, before the stores that need
+// it are issued.
+#if defined(__x86_64__)
+// PREFETCHW's CPUID bit (3DNowPrefetch, ECX bit 8 of leaf 0x80000001): AMD
+// CPUs and Intel ones since Broadwell. Without it the hint is skipped.
+bool CpuPrefetchesForWrite() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(0x80000001, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 8)) != 0;
+}
+const bool kPrefetchForWrite = CpuPrefetchesForWrite();
+// Written out: __builtin_prefetch emits PREFETCHW only where the whole file
+// is compiled for it.
+inline void PrefetchForWrite(const void* p) { asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p))); }
+#else
+constexpr bool kPrefetchForWrite = true;
+inline void PrefetchForWrite(const void* p) { __builtin_prefetch(p, 1, 3); }
+#endif
 
 // A hash of an operation's signature and of the history before it: its low
 // 32 bits are SlotHeader::history after the operation (a disagreement goes
@@ -87,7 +110,7 @@ Status AreaOp::Acquire() {
 }
 
 transport::SlotHeader* AreaOp::WriteHeader(uint64_t bytes) {
-  if (bytes > 0) next_lines_ = 1;  // an exchange (next_lines_)
+  if (bytes > 0) next_lines_ = small_ ? 0 : 1;  // an exchange (next_lines_)
   transport::SlotHeader* h = header(me());
   h->sig = ctx_->sig_word();
   h->count = ctx_->sig_count();
@@ -99,6 +122,7 @@ transport::SlotHeader* AreaOp::WriteHeader(uint64_t bytes) {
 }
 
 void AreaOp::Publish(uint64_t bytes) {
+  own_lines_ = (sizeof(transport::SlotHeader) + bytes + 63) / 64;
   WriteHeader(bytes);
   group_->NotifyPeers();
 }
@@ -148,6 +172,7 @@ void WriteLines(transport::SlotHeader* h, const uint8_t* in, uint64_t bytes, siz
 void AreaOp::PublishLines(const void* src, uint64_t bytes) {
   // The header first: a reader that sees every line's flag sees it too.
   transport::SlotHeader* h = WriteHeader(bytes);
+  own_lines_ = 1 + LinesOf(bytes);
   WriteLines(h, static_cast<const uint8_t*>(src), bytes, 0, OwnFlag());
   group_->NotifyPeers();
 }
@@ -157,6 +182,7 @@ void AreaOp::PublishBlockLines(const void* src, uint64_t block, int skip) {
   const uint64_t flag = OwnFlag();
   const auto* in = static_cast<const uint8_t*>(src);
   const size_t per = AreaOp::LinesOf(block);
+  own_lines_ = 1 + per * static_cast<size_t>(size());
   for (int b = 0; b < size(); ++b) {
     if (b != skip) WriteLines(h, in + static_cast<size_t>(b) * block, block, static_cast<size_t>(b) * per, flag);
   }
@@ -297,6 +323,22 @@ void AreaOp::FinishReads() {
   // root, a reduce sender) must not pull in lines its peers keep writing.
   group_->mine().ctl()->read_through.store(id_, std::memory_order_release);
   group_->NotifyPeers();
+  // Take the lines of this rank's next small slot for writing now, as many
+  // as this operation wrote (the next call is assumed alike): otherwise its
+  // next publication stores into lines its peers still hold from reading
+  // this slot's last use, and the first locked instruction after those
+  // stores (the Work's reference count, the engine's claim) waits for them
+  // to be taken over from the peers' caches. Only when the slot is free for
+  // sure (Acquire): a peer that lags a whole ring behind may still be
+  // reading it. Small slots only: taking a full slot's first lines measured
+  // slower (docs/performance-log.md, "Taking the next slot for writing").
+  const uint64_t next_id = id_ + 1;
+  const auto depth = static_cast<uint64_t>(depth_);
+  if (kPrefetchForWrite && small_ && own_lines_ > 0 && (next_id <= depth || group_->read_by_all >= next_id - depth)) {
+    const auto* own = reinterpret_cast<const uint8_t*>(group_->mine().small_slot(SlotOf(next_id)));
+    const size_t lines = std::min(own_lines_, transport::kSmallSlotStride / 64);
+    for (size_t l = 0; l < lines; ++l) PrefetchForWrite(own + 64 * l);
+  }
   // Start fetching the next slot header of each peer this operation read:
   // in a stream of small collectives that peer has often published there
   // already (it runs ahead), and the line then crosses between the caches
@@ -305,7 +347,7 @@ void AreaOp::FinishReads() {
   // The next operation is assumed to take the same ring (streams of one
   // collective are the case that matters).
   if (read_from_ == kReadNone) return;
-  const int next = SlotOf(id_ + 1);
+  const int next = SlotOf(next_id);
   for (int p = 0; p < size(); ++p) {
     if (p != me() && (read_from_ == kReadAll || read_from_ == p)) {
       const transport::AreaView& a = group_->areas[static_cast<size_t>(p)];

@@ -221,9 +221,15 @@ class AreaOp {
   // arrived, and fetching lines it is about to write costs more than it
   // saves; fetching more lines of a longer payload measured level or
   // slower: the header line alone (docs/performance-log.md, "The sixth
-  // session on the Zen 5 host").
+  // session on the Zen 5 host"). None in an exchange of small slots,
+  // whose peer takes those lines for writing first (own_lines_): fetching
+  // them too measured slower ("Taking the next slot for writing").
   static constexpr size_t kMaxNextLines = 2;  // a header and 96 bytes
   int next_lines_ = 1;
+  // Lines of this rank's slot this operation wrote, its header's included
+  // (0: it published nothing); FinishReads takes as many of its next slot
+  // for writing (at most a small slot's).
+  size_t own_lines_ = 0;
   std::vector<PeerBuffers> peers_;  // filled by ExchangeAddresses
 
   friend Status ExchangeAddresses(AreaOp& op, const void* send, void* recv, const std::vector<uint64_t>& table,
