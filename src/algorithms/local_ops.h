@@ -226,9 +226,9 @@ class AreaOp {
   // them too measured slower ("Taking the next slot for writing").
   static constexpr size_t kMaxNextLines = 2;  // a header and 96 bytes
   int next_lines_ = 1;
-  // Lines of this rank's slot this operation wrote, its header's included
-  // (0: it published nothing); FinishReads takes as many of its next slot
-  // for writing (at most a small slot's).
+  // The lines of this rank's slot from its header's to the last this
+  // operation published in (0: it did not publish); FinishReads takes as
+  // many of its next slot for writing (at most a small slot's).
   size_t own_lines_ = 0;
   std::vector<PeerBuffers> peers_;  // filled by ExchangeAddresses
 
