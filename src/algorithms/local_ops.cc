@@ -109,8 +109,8 @@ Status AreaOp::Acquire() {
   return Status::Ok();
 }
 
-transport::SlotHeader* AreaOp::WriteHeader(uint64_t bytes) {
-  if (bytes > 0) next_lines_ = small_ ? 0 : 1;  // an exchange (next_lines_)
+transport::SlotHeader* AreaOp::WriteHeader(uint64_t bytes, bool peers_read) {
+  if (bytes > 0 && peers_read) next_lines_ = small_ && kPrefetchForWrite ? 0 : 1;  // an exchange (next_lines_)
   transport::SlotHeader* h = header(me());
   h->sig = ctx_->sig_word();
   h->count = ctx_->sig_count();
@@ -121,9 +121,9 @@ transport::SlotHeader* AreaOp::WriteHeader(uint64_t bytes) {
   return h;
 }
 
-void AreaOp::Publish(uint64_t bytes) {
+void AreaOp::Publish(uint64_t bytes, bool peers_read) {
   own_lines_ = (sizeof(transport::SlotHeader) + bytes + 63) / 64;
-  WriteHeader(bytes);
+  WriteHeader(bytes, peers_read);
   group_->NotifyPeers();
 }
 
@@ -321,6 +321,8 @@ Status AreaOp::ReadFromAll(uint64_t reads) {
 void AreaOp::FinishReads() {
   // Touches no peer's line: a rank that read nobody's slot (a broadcast
   // root, a reduce sender) must not pull in lines its peers keep writing.
+  // (Taking its own next slot for writing drops that slot's lines from the
+  // peers' caches, as its next stores would.)
   group_->mine().ctl()->read_through.store(id_, std::memory_order_release);
   group_->NotifyPeers();
   // Take the lines of this rank's next small slot for writing now, as many

@@ -52,7 +52,10 @@ class AreaOp {
   Status Acquire();
   uint8_t* my_data() const { return data_of(group_->index); }
   size_t slot_capacity() const { return small_ ? transport::kSmallSlotPayload : group_->mine().slot_capacity(); }
-  void Publish(uint64_t bytes);
+  // `peers_read`: false when no peer reads this slot's payload (an in-place
+  // reduce root's): this rank then only reads from peers that do not wait
+  // for it, and fetches their next slots as such a reader (next_lines_).
+  void Publish(uint64_t bytes, bool peers_read = true);
   // Both count the slot traffic on this (reading) side: the whole payload, or
   // `reads` bytes of each slot when the rank reads only its block of it.
   static constexpr uint64_t kWholeSlot = UINT64_MAX;
@@ -180,7 +183,7 @@ class AreaOp {
   Status OtherRingMismatch(int local_index) const;
   // Writes this rank's slot header for this operation, id last (Publish,
   // PublishLines).
-  transport::SlotHeader* WriteHeader(uint64_t bytes);
+  transport::SlotHeader* WriteHeader(uint64_t bytes, bool peers_read = true);
   // After every peer published: checks their signatures and counts `reads`
   // bytes (at most each one's payload) read from each (WaitAll, WaitLines).
   Status ReadFromAll(uint64_t reads);
@@ -221,9 +224,10 @@ class AreaOp {
   // arrived, and fetching lines it is about to write costs more than it
   // saves; fetching more lines of a longer payload measured level or
   // slower: the header line alone (docs/performance-log.md, "The sixth
-  // session on the Zen 5 host"). None in an exchange of small slots,
-  // whose peer takes those lines for writing first (own_lines_): fetching
-  // them too measured slower ("Taking the next slot for writing").
+  // session on the Zen 5 host"). None in an exchange of small slots where
+  // the CPU has PREFETCHW: the peer takes those lines for writing first
+  // (own_lines_), and fetching them too measured slower ("Taking the next
+  // slot for writing").
   static constexpr size_t kMaxNextLines = 2;  // a header and 96 bytes
   int next_lines_ = 1;
   // The lines of this rank's slot from its header's to the last this

@@ -187,9 +187,10 @@ Status ReduceSlots(Context& c, const OpArgs& a, bool want_result) {
   // Nobody reads a reduce root's slot: it publishes its header alone (the
   // peers' signature checks) and combines its input where it is, unless
   // the call is in place (its output would then be an input it overwrites).
-  const bool own_input = a.kind == CollKind::kReduce && want_result && a.send != a.recv;
+  const bool reduce_root = a.kind == CollKind::kReduce && want_result;
+  const bool own_input = reduce_root && a.send != a.recv;
   if (!own_input) Copy(op.my_data(), a.send, bytes);
-  op.Publish(own_input ? 0 : bytes);
+  op.Publish(own_input ? 0 : bytes, /*peers_read=*/!reduce_root);
   if (want_result) {
     CHOIR_RETURN_IF_ERROR(op.WaitAll());
     AllSlots srcs(op, 0);
