@@ -326,14 +326,14 @@ void AreaOp::FinishReads() {
   group_->mine().ctl()->read_through.store(id_, std::memory_order_release);
   group_->NotifyPeers();
   // Take the lines of this rank's next small slot for writing now, as many
-  // as this operation wrote (the next call is assumed alike): otherwise its
-  // next publication stores into lines its peers still hold from reading
-  // this slot's last use, and the first locked instruction after those
+  // as this operation published in (the next call is assumed alike):
+  // otherwise its next publication stores into lines its peers still hold
+  // from reading this slot's last use, and the first locked instruction after those
   // stores (the Work's reference count, the engine's claim) waits for them
   // to be taken over from the peers' caches. Only when the slot is free for
   // sure (Acquire): a peer that lags a whole ring behind may still be
-  // reading it. Small slots only: taking a full slot's first lines measured
-  // slower (docs/performance-log.md, "Taking the next slot for writing").
+  // reading it. Small slots only: taking a full slot's lines measured slower
+  // or mixed (docs/performance-log.md, "Taking the next slot for writing").
   const uint64_t next_id = id_ + 1;
   const auto depth = static_cast<uint64_t>(depth_);
   if (kPrefetchForWrite && small_ && own_lines_ > 0 && (next_id <= depth || group_->read_by_all >= next_id - depth)) {
