@@ -330,7 +330,8 @@ void AreaOp::FinishReads() {
   // otherwise its next publication stores into lines its peers still hold
   // from reading this slot's last use, and the first locked instruction after those
   // stores (the Work's reference count, the engine's claim) waits for them
-  // to be taken over from the peers' caches. Only when the slot is free for
+  // to be taken over from the peers' caches (the explanation the
+  // measurements fit; not observed directly). Only when the slot is free for
   // sure (Acquire): a peer that lags a whole ring behind may still be
   // reading it. Small slots only: taking a full slot's lines measured slower
   // or mixed (docs/performance-log.md, "Taking the next slot for writing").
