@@ -66,7 +66,13 @@ struct CallOptions {
 struct WorkInfo {
   std::string algorithm;
   uint64_t sequence = 0;
+  // This rank's time for the operation when `timed`. Collectives that run on
+  // the calling thread (up to CHOIR_ASYNC_BYTES) are timed once per kind and
+  // size class and then one call in CHOIR_TIME_ONE_IN (8; 1: every call);
+  // the others have `timed` false and `seconds` 0. Other operations are
+  // always timed.
   double seconds = 0;
+  bool timed = false;
   int source_rank = -1;  // for Recv from any source
   // This rank's same-host walk staged the chunks its peers read with
   // streaming stores (CHOIR_SHM_STAGING; each rank chooses for itself;

@@ -102,6 +102,7 @@ Result<CommConfig> ResolveConfig(const CommOptions& options) {
                                  : mismatch == "full" ? MismatchCheck::kFull : MismatchCheck::kHeaders;
   c.stall_seconds = params::GetSeconds(params::Id::kStallSeconds);
   c.async_bytes = params::GetBytes(params::Id::kAsyncBytes);
+  c.time_one_in = static_cast<uint32_t>(params::GetInt(params::Id::kTimeOneIn));
   c.select.small_bytes = params::GetBytes(params::Id::kSmallBytes);
   c.select.adapt_walks = params::GetBool(params::Id::kShmAdapt);
   const std::string staging = params::GetString(params::Id::kShmStaging);
@@ -529,7 +530,7 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   impl->inter_host_cost_ = where.inter_host;
   impl->peers_ = std::move(peers);
   impl->endpoint_ = std::move(*endpoint);
-  impl->metrics_ = diag::RegisterComm(impl->config_.job_id, impl->config_.uid, rank, size);
+  impl->metrics_ = diag::RegisterComm(impl->config_.job_id, impl->config_.uid, rank, size, impl->config_.time_one_in);
   impl->endpoint_->set_metrics(impl->metrics_.get());
   // A thread that waits for a pending send or receive rouses the task that
   // drives them in the background, so that it gives the engine back.

@@ -160,9 +160,10 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
   // coarse reading, so never early, at most a tick late), and the operation
   // clock for the duration the metrics and WorkInfo report. Both are cheaper
   // than NowNanos(), which would cost an 8-byte collective 50-75 ns of its
-  // ~200 (docs/performance-log.md, "Per-call work").
+  // ~200 (docs/performance-log.md, "Per-call work"); the operation clock is
+  // read only for the calls that are timed (CommMetrics::TimeThisCall).
   const int64_t start = CoarseNowNanos();
-  const int64_t t0 = OpNanos();
+  int64_t t0 = 0;
   int64_t first_data_ns = 0;  // OpNanos() when data first had to be waited for
   int algo_index = -1;
   CallPlan* plan = nullptr;
@@ -174,10 +175,14 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
     s = invalid.WithContext("rank " + std::to_string(rank_) + ": " + algorithms::CollKindName(args.kind));
     Fail(s, /*local=*/true);
   } else {
+    const bool p2p = args.kind == CollKind::kSend || args.kind == CollKind::kRecv;
+    info.timed = p2p || !unshared ||
+                 metrics_->TimeThisCall(args.kind, plan != nullptr ? plan->selection_bytes : args.SelectionBytes(size_));
+    if (info.timed) t0 = OpNanos();
     const double timeout = options.timeout.count() > 0 ? static_cast<double>(options.timeout.count()) / 1000
                                                        : config_.timeout_seconds;
     const Deadline deadline = Deadline::AfterSecondsFrom(start + CoarseTickNanos(), timeout);
-    if (args.kind == CollKind::kSend || args.kind == CollKind::kRecv) {
+    if (p2p) {
       PostPointToPoint(args, deadline, t0, start, state);  // completes `state`, now or later
       return;
     }
@@ -191,18 +196,23 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
     }
     if (s.ok()) {
       info.sequence = ++seq_;
-      s = RunCollective(args, options, plan, info.sequence, start, deadline, &info, &algo_index, &first_data_ns);
+      s = RunCollective(args, options, plan, info.sequence, start, deadline, &info, &algo_index,
+                        info.timed ? &first_data_ns : nullptr);
     }
     // Relay even a peer's failure: the rank that failed first may not have
     // reached everyone (it may have died). Our own Abort() already told them.
     if (!s.ok()) Fail(s, !abort_called_.load());
   }
-  const int64_t elapsed = ElapsedNanos(t0, start);
-  info.seconds = static_cast<double>(elapsed) * 1e-9;
-  // How long the data kept it waiting: never longer than the whole call.
-  const int64_t waited = first_data_ns > t0 ? std::min(first_data_ns - t0, elapsed) : 0;
-  metrics_->RecordOp(args.kind, plan != nullptr ? plan->selection_bytes : args.SelectionBytes(size_), info.seconds,
-                     s.ok(), algo_index, static_cast<double>(waited) * 1e-9);
+  const uint64_t bytes = plan != nullptr ? plan->selection_bytes : args.SelectionBytes(size_);
+  if (info.timed) {
+    const int64_t elapsed = ElapsedNanos(t0, start);
+    info.seconds = static_cast<double>(elapsed) * 1e-9;
+    // How long the data kept it waiting: never longer than the whole call.
+    const int64_t waited = first_data_ns > t0 ? std::min(first_data_ns - t0, elapsed) : 0;
+    metrics_->RecordOp(args.kind, bytes, info.seconds, s.ok(), algo_index, static_cast<double>(waited) * 1e-9);
+  } else {
+    metrics_->RecordUntimedOp(args.kind, bytes, s.ok(), algo_index);
+  }
   if (!s.ok()) metrics_->RecordError(s.number());
   if (unshared) {
     state->CompleteUnshared(std::move(s), info);

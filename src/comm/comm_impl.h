@@ -51,6 +51,7 @@ struct CommConfig {
   MismatchCheck mismatch = MismatchCheck::kHeaders;
   double stall_seconds = 2;
   uint64_t async_bytes = 256 << 10;
+  uint32_t time_one_in = 8;  // CHOIR_TIME_ONE_IN (diag::CommMetrics::TimeThisCall)
   algorithms::SelectConfig select;
 };
 

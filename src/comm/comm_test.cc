@@ -386,6 +386,63 @@ TEST(CommTest, SmallCallsReuseAStateOnlyOnceNobodyHoldsItsWork) {
   ExpectAllOk(results);
 }
 
+// Small calls run inline are timed once per kind and size class, then one
+// in CHOIR_TIME_ONE_IN (CommMetrics::TimeThisCall), the same calls on every
+// rank; WorkInfo says which. Calls handed to the progress thread are always
+// timed, and with CHOIR_TIME_ONE_IN=1 every call is.
+TEST(CommTest, WorkInfoSaysWhichCallsWereTimed) {
+  params::ScopedOverride async("CHOIR_ASYNC_BYTES", "1K");
+  auto pattern_of = [](Communicator& comm, size_t floats, int calls, std::string* pattern) -> Status {
+    std::vector<float> in(floats, 1.0f), out(floats, 0.0f);
+    for (int i = 0; i < calls; ++i) {
+      Work w = comm.Allreduce(in.data(), out.data(), floats, DataType::kFloat32, ReduceOp::kSum);
+      CHOIR_RETURN_IF_ERROR(w.Wait());
+      if (out[0] != 2.0f) return Status(Code::kInternal, fmt::format("call {}: {}", i, out[0]));
+      const WorkInfo info = w.info();
+      if (info.timed != (info.seconds > 0)) {
+        return Status(Code::kInternal, fmt::format("call {}: timed {} with {} s", i, info.timed, info.seconds));
+      }
+      *pattern += info.timed ? 'T' : '-';
+    }
+    return Status::Ok();
+  };
+  std::mutex mu;
+  std::vector<std::string> small(2), broadcasts(2), large(2);
+  auto results = RunRanks(2, [&](Communicator& comm) -> Status {
+    std::string s, b, l;
+    CHOIR_RETURN_IF_ERROR(pattern_of(comm, 4, 10, &s));
+    int32_t value = 5;
+    Work w = comm.Broadcast(&value, &value, 1, DataType::kInt32, 0);  // another kind: timed first
+    CHOIR_RETURN_IF_ERROR(w.Wait());
+    b += w.info().timed ? 'T' : '-';
+    CHOIR_RETURN_IF_ERROR(pattern_of(comm, 1024, 3, &l));  // 4 KiB: on the progress thread
+    std::lock_guard<std::mutex> lock(mu);
+    small[static_cast<size_t>(comm.rank())] = s;
+    broadcasts[static_cast<size_t>(comm.rank())] = b;
+    large[static_cast<size_t>(comm.rank())] = l;
+    return Status::Ok();
+  }, TransportOptions("shm", 30s));
+  ExpectAllOk(results);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(small[static_cast<size_t>(r)], "T-------T-") << "rank " << r;
+    EXPECT_EQ(broadcasts[static_cast<size_t>(r)], "T") << "rank " << r;
+    EXPECT_EQ(large[static_cast<size_t>(r)], "TTT") << "rank " << r;
+  }
+  params::ScopedOverride every("CHOIR_TIME_ONE_IN", "1");
+  results = RunRanks(2, [&](Communicator& comm) -> Status {
+    std::string s;
+    CHOIR_RETURN_IF_ERROR(pattern_of(comm, 4, 10, &s));
+    if (s != "TTTTTTTTTT") return Status(Code::kInternal, "with CHOIR_TIME_ONE_IN=1: " + s);
+    return Status::Ok();
+  }, TransportOptions("shm", 30s));
+  ExpectAllOk(results);
+  // Out of range: refused where it is set.
+  const Status refused = SetSetting("CHOIR_TIME_ONE_IN", "0");
+  EXPECT_EQ(refused.code(), Code::kInvalidSetting);
+  EXPECT_NE(refused.message().find("CHOIR_TIME_ONE_IN='0' is outside 1..1000000"), std::string::npos)
+      << refused.ToString();
+}
+
 // A rank that destroys its communicator says bye: peers that go on among
 // themselves are not disturbed by its closed connections (the exit race of a
 // job's last collective), and one that still expects data from it gets a

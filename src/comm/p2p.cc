@@ -139,6 +139,7 @@ void CommImpl::FinishP2P(PendingP2P& op, Status s, int source_rank) {
   CompletionInfo info;
   info.source_rank = source_rank;
   info.seconds = static_cast<double>(ElapsedNanos(op.t0, op.posted_ns)) * 1e-9;
+  info.timed = true;
   metrics_->RecordOp(op.args.kind, op.args.SelectionBytes(size_), info.seconds, s.ok(), -1, 0);
   if (!s.ok()) metrics_->RecordError(s.number());
   op.state->Complete(std::move(s), info);

@@ -248,6 +248,7 @@ WorkInfo Work::info() const {
   out.streaming_stages = (i.route & transport::kRouteStreamingStages) != 0;
   out.sequence = i.sequence;
   out.seconds = i.seconds;
+  out.timed = i.timed;
   out.source_rank = i.source_rank;
   return out;
 }

@@ -29,6 +29,7 @@ struct CompletionInfo {
   uint8_t route = 0;                // transport::RouteBit: "+cma", "+shared" after the name; streaming stages
   uint64_t sequence = 0;
   double seconds = 0;
+  bool timed = false;  // `seconds` was measured (CommMetrics::TimeThisCall)
   int source_rank = -1;
 };
 

@@ -10,8 +10,6 @@
 namespace choir::diag {
 namespace {
 
-constexpr uint64_t kSizeClassLimits[kSizeClasses - 1] = {4096, 256 * 1024, 16 * 1024 * 1024};
-
 struct Family {
   const char* name;
   const char* type;
@@ -64,18 +62,12 @@ const char* SizeClassName(int size_class) {
   return kNames[size_class];
 }
 
-int SizeClassOf(uint64_t bytes) {
-  for (int i = 0; i < kSizeClasses - 1; ++i) {
-    if (bytes <= kSizeClassLimits[i]) return i;
-  }
-  return kSizeClasses - 1;
-}
-
-CommMetrics::CommMetrics(std::string job, std::string comm, int rank, int size)
+CommMetrics::CommMetrics(std::string job, std::string comm, int rank, int size, uint32_t time_one_in)
     : job_(std::move(job)),
       comm_(std::move(comm)),
       rank_(rank),
       size_(size),
+      time_one_in_(std::max<uint32_t>(time_one_in, 1)),
       peer_sent_(static_cast<size_t>(size)),
       peer_received_(static_cast<size_t>(size)) {}
 
@@ -95,13 +87,29 @@ void CommMetrics::RecordOp(algorithms::CollKind kind, uint64_t bytes, double sec
   Add(ok ? c.completed : c.failed, 1);
   if (!ok) return;
   Add(c.bytes, bytes);
-  const int sc = SizeClassOf(bytes);
+  const auto sc = static_cast<size_t>(SizeClassOf(bytes));
   size_t bucket = 0;
   while (bucket < kDurationBuckets.size() && seconds > kDurationBuckets[bucket]) ++bucket;
-  Add(c.buckets[static_cast<size_t>(sc)][bucket], 1);
-  Add(c.duration_ns[static_cast<size_t>(sc)], static_cast<uint64_t>(seconds * 1e9));
-  Add(c.count[static_cast<size_t>(sc)], 1);
-  if (late_arrival_seconds > 0) Add(late_arrival_ns_, static_cast<uint64_t>(late_arrival_seconds * 1e9));
+  const TimedSample sample{true, static_cast<uint8_t>(bucket), static_cast<uint64_t>(seconds * 1e9),
+                           late_arrival_seconds > 0 ? static_cast<uint64_t>(late_arrival_seconds * 1e9) : 0};
+  c.last[sc] = sample;
+  AddSample(c, sc, sample, algorithm);
+}
+
+void CommMetrics::RecordUntimedOp(algorithms::CollKind kind, uint64_t bytes, bool ok, int algorithm) {
+  OpCounters& c = ops_[static_cast<size_t>(kind)];
+  Add(ok ? c.completed : c.failed, 1);
+  if (!ok) return;
+  Add(c.bytes, bytes);
+  const auto sc = static_cast<size_t>(SizeClassOf(bytes));
+  AddSample(c, sc, c.last[sc], algorithm);
+}
+
+void CommMetrics::AddSample(OpCounters& c, size_t sc, const TimedSample& sample, int algorithm) {
+  Add(c.buckets[sc][sample.bucket], 1);
+  Add(c.duration_ns[sc], sample.ns);
+  Add(c.count[sc], 1);
+  if (sample.late_ns > 0) Add(late_arrival_ns_, sample.late_ns);
   if (algorithm >= 0 && algorithm < kMaxAlgorithms) Add(algorithm_counts_[static_cast<size_t>(algorithm)], 1);
 }
 
@@ -212,8 +220,9 @@ void CommMetrics::AppendFamily(int family, std::string* out) const {
   }
 }
 
-std::shared_ptr<CommMetrics> RegisterComm(std::string job, std::string comm, int rank, int size) {
-  auto m = std::make_shared<CommMetrics>(std::move(job), std::move(comm), rank, size);
+std::shared_ptr<CommMetrics> RegisterComm(std::string job, std::string comm, int rank, int size,
+                                          uint32_t time_one_in) {
+  auto m = std::make_shared<CommMetrics>(std::move(job), std::move(comm), rank, size, time_one_in);
   std::lock_guard<std::mutex> lock(g_mu);
   auto& comms = Comms();
   comms.erase(std::remove_if(comms.begin(), comms.end(), [](const auto& w) { return w.expired(); }), comms.end());

@@ -98,6 +98,58 @@ TEST(MetricsTest, SizeClasses) {
   EXPECT_EQ(diag::SizeClassOf((16u << 20) + 1), 3);
 }
 
+TEST(MetricsTest, OneCallInNIsTimedPerKindAndSizeClass) {
+  using algorithms::CollKind;
+  auto m = diag::RegisterComm("j", "timing", 0, 2, /*time_one_in=*/4);
+  std::string pattern;
+  for (int i = 0; i < 9; ++i) {
+    const bool timed = m->TimeThisCall(CollKind::kAllreduce, 8);
+    pattern += timed ? 'T' : '-';
+    if (timed) {
+      m->RecordOp(CollKind::kAllreduce, 8, 2e-6, true, -1, 0);
+    } else {
+      m->RecordUntimedOp(CollKind::kAllreduce, 8, true, -1);
+    }
+  }
+  EXPECT_EQ(pattern, "T---T---T");
+  // Another size class and another kind start with a timed call of their own.
+  EXPECT_TRUE(m->TimeThisCall(CollKind::kAllreduce, 1 << 20));
+  EXPECT_TRUE(m->TimeThisCall(CollKind::kBroadcast, 8));
+  // Until a timed call of the class succeeded, every call is timed.
+  EXPECT_TRUE(m->TimeThisCall(CollKind::kBroadcast, 8));
+  // With 1, every call.
+  auto every = diag::RegisterComm("j", "every", 0, 2, /*time_one_in=*/1);
+  every->RecordOp(CollKind::kAllreduce, 8, 1e-6, true, -1, 0);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(every->TimeThisCall(CollKind::kAllreduce, 8)) << i;
+}
+
+TEST(MetricsTest, UntimedCallsCountExactlyAndLastAsLongAsTheLastTimedOne) {
+  using algorithms::CollKind;
+  auto m = diag::RegisterComm("j", "untimed", 0, 2, /*time_one_in=*/8);
+  m->RecordOp(CollKind::kAllreduce, 64, 2e-6, true, -1, /*late_arrival_seconds=*/1e-6);
+  for (int i = 0; i < 3; ++i) m->RecordUntimedOp(CollKind::kAllreduce, 64, true, -1);
+  m->RecordOp(CollKind::kAllreduce, 64, 20e-6, true, -1, 0);
+  m->RecordUntimedOp(CollKind::kAllreduce, 64, true, -1);
+  m->RecordUntimedOp(CollKind::kAllreduce, 64, /*ok=*/false, -1);
+  const std::string text = RenderMetrics();
+  const std::string labels = "job=\"j\",comm=\"untimed\",rank=\"0\",size=\"2\"";
+  const std::string hist = "choir_collective_duration_seconds";
+  const std::string cls = ",op=\"allreduce\",size_class=\"le4KiB\"";
+  EXPECT_TRUE(Has(text, "choir_collectives_total{" + labels + ",op=\"allreduce\",status=\"ok\"} 6")) << text;
+  EXPECT_TRUE(Has(text, "choir_collectives_total{" + labels + ",op=\"allreduce\",status=\"error\"} 1")) << text;
+  EXPECT_TRUE(Has(text, "choir_collective_bytes_total{" + labels + ",op=\"allreduce\"} 384")) << text;
+  // Four calls as long as the first timed one (2 µs), two as the second (20 µs).
+  EXPECT_TRUE(Has(text, hist + "_bucket{" + labels + cls + ",le=\"1e-06\"} 0")) << text;
+  EXPECT_TRUE(Has(text, hist + "_bucket{" + labels + cls + ",le=\"4e-06\"} 4")) << text;
+  EXPECT_TRUE(Has(text, hist + "_bucket{" + labels + cls + ",le=\"1.6e-05\"} 4")) << text;
+  EXPECT_TRUE(Has(text, hist + "_bucket{" + labels + cls + ",le=\"6.4e-05\"} 6")) << text;
+  EXPECT_TRUE(Has(text, hist + "_bucket{" + labels + cls + ",le=\"+Inf\"} 6")) << text;
+  EXPECT_TRUE(Has(text, hist + "_sum{" + labels + cls + "} 4.8e-05")) << text;
+  EXPECT_TRUE(Has(text, hist + "_count{" + labels + cls + "} 6")) << text;
+  // The first timed call waited 1 µs for data, and so do the three after it.
+  EXPECT_TRUE(Has(text, "choir_late_arrival_seconds_total{" + labels + "} 4e-06")) << text;
+}
+
 TEST(MetricsTest, ErrorsAreCountedByCode) {
   auto m = diag::RegisterComm("j", "c", 0, 1);
   m->RecordError(401);
