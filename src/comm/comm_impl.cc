@@ -176,8 +176,11 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
     Fail(s, /*local=*/true);
   } else {
     const bool p2p = args.kind == CollKind::kSend || args.kind == CollKind::kRecv;
-    info.timed = p2p || !unshared ||
-                 metrics_->TimeThisCall(args.kind, plan != nullptr ? plan->selection_bytes : args.SelectionBytes(size_));
+    // Asked of every collective, inline or not, so that every rank counts
+    // the same calls.
+    const bool sampled =
+        !p2p && metrics_->TimeThisCall(args.kind, plan != nullptr ? plan->selection_bytes : args.SelectionBytes(size_));
+    info.timed = p2p || !unshared || sampled;
     if (info.timed) t0 = OpNanos();
     const double timeout = options.timeout.count() > 0 ? static_cast<double>(options.timeout.count()) / 1000
                                                        : config_.timeout_seconds;

@@ -67,13 +67,14 @@ class CommMetrics {
   // `time_one_in`: CHOIR_TIME_ONE_IN (TimeThisCall).
   CommMetrics(std::string job, std::string comm, int rank, int size, uint32_t time_one_in = 1);
 
-  // Whether the operation about to run, a collective that runs on the
-  // caller's thread, is timed: the first of its kind and size class, then
-  // one in `time_one_in` of them. Reading the time-stamp counter twice cost
-  // about a fifth of a 16-64 byte broadcast or reduce on the Zen 5 host
-  // (docs/performance.md, "Metrics overhead"). Every rank makes the same
-  // calls, so the ranks time the same ones (their late arrivals compare).
-  // Operations on the progress thread and point-to-point ones are always timed.
+  // Whether the collective about to run is timed if it runs on the
+  // caller's thread: the first of its kind and size class, then one in
+  // `time_one_in` of them. Reading the time-stamp counter twice cost about a
+  // fifth of a 16-64 byte broadcast or reduce on the Zen 5 host
+  // (docs/performance.md, "Metrics overhead"). Asked of every collective,
+  // so every rank, making the same calls, times the same ones (their late
+  // arrivals compare). Operations on the progress thread and point-to-point
+  // ones are always timed (CommImpl::Execute).
   bool TimeThisCall(algorithms::CollKind kind, uint64_t bytes) {
     OpCounters& c = ops_[static_cast<size_t>(kind)];
     const auto sc = static_cast<size_t>(SizeClassOf(bytes));
