@@ -69,8 +69,9 @@ struct WorkInfo {
   // This rank's time for the operation when `timed`. Collectives that run on
   // the calling thread (up to CHOIR_ASYNC_BYTES) are timed once per kind and
   // size class and then one call in CHOIR_TIME_ONE_IN (8; 1: every call);
-  // the others have `timed` false and `seconds` 0. Other operations are
-  // always timed.
+  // the others have `timed` false and `seconds` 0. Other operations (and
+  // alltoallv) are always timed, unless refused before they start (invalid
+  // arguments, a communicator that already failed).
   double seconds = 0;
   bool timed = false;
   int source_rank = -1;  // for Recv from any source

@@ -176,11 +176,13 @@ void CommImpl::Execute(OpArgs& args, const CallOptions& options, const std::shar
     Fail(s, /*local=*/true);
   } else {
     const bool p2p = args.kind == CollKind::kSend || args.kind == CollKind::kRecv;
-    // Asked of every collective, inline or not, so that every rank counts
-    // the same calls.
+    // Asked of every other collective, inline or not, so that every rank
+    // counts the same calls. An alltoallv's size class depends on this
+    // rank's own counts: it is always timed.
+    const bool always = p2p || args.kind == CollKind::kAlltoallV;
     const bool sampled =
-        !p2p && metrics_->TimeThisCall(args.kind, plan != nullptr ? plan->selection_bytes : args.SelectionBytes(size_));
-    info.timed = p2p || !unshared || sampled;
+        !always && metrics_->TimeThisCall(args.kind, plan != nullptr ? plan->selection_bytes : args.SelectionBytes(size_));
+    info.timed = always || !unshared || sampled;
     if (info.timed) t0 = OpNanos();
     const double timeout = options.timeout.count() > 0 ? static_cast<double>(options.timeout.count()) / 1000
                                                        : config_.timeout_seconds;

@@ -388,8 +388,8 @@ TEST(CommTest, SmallCallsReuseAStateOnlyOnceNobodyHoldsItsWork) {
 
 // Small calls run inline are timed once per kind and size class, then one
 // in CHOIR_TIME_ONE_IN (CommMetrics::TimeThisCall), the same calls on every
-// rank; WorkInfo says which. Calls handed to the progress thread are always
-// timed, and with CHOIR_TIME_ONE_IN=1 every call is.
+// rank; WorkInfo says which. Calls handed to the progress thread and
+// alltoallv are always timed, and with CHOIR_TIME_ONE_IN=1 every call is.
 TEST(CommTest, WorkInfoSaysWhichCallsWereTimed) {
   params::ScopedOverride async("CHOIR_ASYNC_BYTES", "1K");
   auto pattern_of = [](Communicator& comm, size_t floats, int calls, std::string* pattern) -> Status {
@@ -416,6 +416,14 @@ TEST(CommTest, WorkInfoSaysWhichCallsWereTimed) {
     CHOIR_RETURN_IF_ERROR(w.Wait());
     b += w.info().timed ? 'T' : '-';
     CHOIR_RETURN_IF_ERROR(pattern_of(comm, 1024, 3, &l));  // 4 KiB: on the progress thread
+    // An alltoallv's class depends on each rank's counts: always timed.
+    std::vector<float> v_in(4, 1.0f), v_out(4, 0.0f);
+    const std::vector<size_t> counts = {2, 2};
+    for (int i = 0; i < 3; ++i) {
+      Work v = comm.AlltoallV(v_in.data(), counts, v_out.data(), counts, DataType::kFloat32);
+      CHOIR_RETURN_IF_ERROR(v.Wait());
+      l += v.info().timed ? 'V' : '-';
+    }
     std::lock_guard<std::mutex> lock(mu);
     small[static_cast<size_t>(comm.rank())] = s;
     broadcasts[static_cast<size_t>(comm.rank())] = b;
@@ -426,7 +434,7 @@ TEST(CommTest, WorkInfoSaysWhichCallsWereTimed) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(small[static_cast<size_t>(r)], "T-------T-") << "rank " << r;
     EXPECT_EQ(broadcasts[static_cast<size_t>(r)], "T") << "rank " << r;
-    EXPECT_EQ(large[static_cast<size_t>(r)], "TTT") << "rank " << r;
+    EXPECT_EQ(large[static_cast<size_t>(r)], "TTTVVV") << "rank " << r;
   }
   params::ScopedOverride every("CHOIR_TIME_ONE_IN", "1");
   results = RunRanks(2, [&](Communicator& comm) -> Status {

@@ -71,9 +71,10 @@ class CommMetrics {
   // caller's thread: the first of its kind and size class, then one in
   // `time_one_in` of them. Reading the time-stamp counter twice cost about a
   // fifth of a 16-64 byte broadcast or reduce on the Zen 5 host
-  // (docs/performance.md, "Metrics overhead"). Asked of every collective,
-  // so every rank, making the same calls, times the same ones (their late
-  // arrivals compare). Operations on the progress thread and point-to-point
+  // (docs/performance.md, "Metrics overhead"). Asked of every collective
+  // but alltoallv (whose class depends on each rank's counts), so every
+  // rank, making the same calls, times the same ones (their late arrivals
+  // compare). Operations on the progress thread, alltoallv and point-to-point
   // ones are always timed (CommImpl::Execute).
   bool TimeThisCall(algorithms::CollKind kind, uint64_t bytes) {
     OpCounters& c = ops_[static_cast<size_t>(kind)];
