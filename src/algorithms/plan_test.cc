@@ -134,8 +134,8 @@ constexpr uint64_t kMiB = 1024 * kKiB;
 
 // The Intel table: shm_pipe takes over from cma later when every rank has a
 // core (16 MiB allreduce, 64 MiB allgather), earlier when the ranks share
-// cores (1 and 4 MiB); reduce_scatter stays with cma; without single copy
-// the pipe runs everything past the slots.
+// cores (1 and 4 MiB); reduce_scatter from 4 MiB either way; alltoall stays
+// with cma; without single copy the pipe runs everything past the slots.
 TEST(SwitchPointsTest, IntelPipeTakesOverFromCmaPerCollective) {
   algorithms::GroupView g = TwoRanksOneHost();
   for (const bool shared : {false, true}) {
@@ -147,7 +147,9 @@ TEST(SwitchPointsTest, IntelPipeTakesOverFromCmaPerCollective) {
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, allreduce), "shm_pipe");
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, allgather - 128), "cma");
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, allgather), "shm_pipe");
-    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, 256 * kMiB), "cma");
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, 4 * kMiB - 128), "cma");
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, 4 * kMiB), "shm_pipe");
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, 256 * kMiB), "shm_pipe");
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 256 * kMiB), "cma");
   }
   g.cma = false;
@@ -187,11 +189,11 @@ void ExpectFlatLimits(algorithms::GroupView g, const std::vector<FlatWant>& want
 TEST(SwitchPointsTest, IntelFlatLimitsPerCollective) {
   algorithms::GroupView g = TwoRanksOneHost();
   ExpectFlatLimits(g, {{algorithms::CollKind::kAllreduce, 16 * kKiB, 32 * kKiB},
-                       {algorithms::CollKind::kReduceScatter, 16 * kKiB, 32 * kKiB},
+                       {algorithms::CollKind::kReduceScatter, 64 * kKiB, 64 * kKiB},
                        {algorithms::CollKind::kBroadcast, 32 * kKiB, 64 * kKiB},  // 128 KiB, but the slots hold 64
-                       {algorithms::CollKind::kReduce, 32 * kKiB, 64 * kKiB},
-                       {algorithms::CollKind::kAlltoall, 16 * kKiB, 32 * kKiB},
-                       {algorithms::CollKind::kAllgather, 16 * kKiB, 16 * kKiB}});
+                       {algorithms::CollKind::kReduce, 64 * kKiB, 64 * kKiB},
+                       {algorithms::CollKind::kAlltoall, 64 * kKiB, 64 * kKiB},
+                       {algorithms::CollKind::kAllgather, 32 * kKiB, 32 * kKiB}});
   g.cma = false;
   ExpectFlatLimits(g, {{algorithms::CollKind::kAllreduce, 64 * kKiB, 64 * kKiB},
                        {algorithms::CollKind::kReduce, 64 * kKiB, 64 * kKiB}});

@@ -15,22 +15,30 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 // calls and waits cost a shared core more, so the slots keep larger payloads
 // there). Measured as busbw (mean time per call) with `choir perf -n 2|4
 // --algo shm_flat|cma`, 4-512 KiB (docs/algorithms.md, "Where shm_flat hands
-// over to cma").
+// over to cma"). Measured again on 2026-12-06 (family 6 model 207), 5-7
+// interleaved launches of 200-300 calls, median busbw, slots against cma:
+// reduce_scatter 64 KiB 4.38 against 3.69 GB/s (4 ranks 1.61 against 1.03),
+// alltoall 64 KiB 4.93 against 4.83 (32 KiB 4.33 against 3.39; 4 ranks 1.41
+// against 1.31), reduce 64 KiB 11.7 against 7.61, allgather with 32 KiB
+// blocks 5.11 against 4.27 and with 64 KiB blocks 4.51 against 6.24 (4
+// ranks, 32 KiB blocks: 2.84 against 2.46); the slots now take those
+// (docs/performance-log.md, "The Intel host a third time").
 size_t IntelFlatLimitWithCma(CollKind kind, bool shares_cpus) {
   switch (kind) {
     case CollKind::kAllreduce:
+      return (shares_cpus ? 32 : 16) * kKiB;
     case CollKind::kReduceScatter:
     case CollKind::kAlltoall:
-      return (shares_cpus ? 32 : 16) * kKiB;
+    case CollKind::kReduce:
+      return 64 * kKiB;
     case CollKind::kAllgather:
-    case CollKind::kAllgatherV:
+      return 32 * kKiB;
+    case CollKind::kAllgatherV:  // not measured again; the AMD tables take this one too
     case CollKind::kGather:
     case CollKind::kScatter:
       return 16 * kKiB;
     case CollKind::kBroadcast:
       return (shares_cpus ? 128 : 32) * kKiB;
-    case CollKind::kReduce:
-      return (shares_cpus ? 64 : 32) * kKiB;
     default:
       return SIZE_MAX;  // barrier: no payload
   }
@@ -43,12 +51,17 @@ size_t IntelFlatLimitWithCma(CollKind kind, bool shares_cpus) {
 // 32 MiB); from there the pipe's single pass over memory won (allreduce
 // 16 MiB 1.08-1.27x, allgather 64 MiB 1.27-1.30x). When the ranks share
 // cores, cma's waits for its peers cost time slices and the pipe won from
-// 1 MiB (allgather 4 MiB): docs/performance-log.md, "cma or shm_pipe". For
-// reduce_scatter cma measured 1.38x faster at 16 MiB: the pipe only runs it
-// without single copy.
+// 1 MiB (allgather 4 MiB): docs/performance-log.md, "cma or shm_pipe".
+// Reduce_scatter measured 1.38x faster with cma at 16 MiB then; after the
+// pipe's later changes (2026-12-06, 5 interleaved launches, median busbw,
+// pipe against cma) the pipe won from 4 MiB: 2 ranks 4.53 against 3.44 GB/s
+// at 4 MiB, 3.43 against 2.88 at 64 MiB, 3.46 against 2.97 at 256 MiB
+// (1 MiB level, 3.78 against 3.65); 4 ranks 2.46 against 2.00 at 4 MiB and
+// 2.47 against 1.62 at 16 MiB.
 uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
   if (kind == CollKind::kAllreduce) return shares_cpus ? 1 * kMiB : 16 * kMiB;
   if (kind == CollKind::kAllgather) return shares_cpus ? 4 * kMiB : 64 * kMiB;
+  if (kind == CollKind::kReduceScatter) return 4 * kMiB;
   return UINT64_MAX;
 }
 
