@@ -34,15 +34,14 @@ constexpr int kReducePieceSlot = 3;  // Scratch: not a slot of the steps (0) or 
 
 // The slices of a reduce: a rank other than the root also writes its slice
 // into the root's output, so the root takes a larger slice, one that ends
-// both kinds of rank at the same time if copying a byte between processes
-// costs what writing it costs and combining an input 0.2 of that:
-//   w * ((n-1) + 0.2n) = (n-1) + 0.2n + 1,   w = 1 + 1/(1.2n - 1),
-// 1.71 for 2 ranks, 1.26 for 4. With 2 ranks, 1.13x-1.39x faster than even
-// slices at 64 KiB-4 MiB (docs/performance-log.md, "Mid-size calls and 4-rank
-// scaling").
+// both kinds of rank at the same time if combining a byte of an input costs
+// `combine` of copying it between processes (CmaReduceCombineCost):
+//   w * ((n-1) + combine*n) = (n-1) + combine*n + 1,
+//   w = 1 + 1/((n-1) + combine*n),
+// with combine 0.2: 1.71 for 2 ranks, 1.26 for 4; with 1.2: 1.29 and 1.13.
 // The root's slice is a multiple of 16 elements long.
-Blocks ReduceSlices(size_t count, int n, int root) {
-  return patterns::WeightedBlocks(count, n, root, 1.0 + 1.0 / (1.2 * n - 1.0), 16);
+Blocks ReduceSlices(size_t count, int n, int root, double combine) {
+  return patterns::WeightedBlocks(count, n, root, 1.0 + 1.0 / ((n - 1.0) + combine * n), 16);
 }
 }  // namespace
 
@@ -179,7 +178,8 @@ Status ReduceCmaWith(AreaOp& op, const uint8_t* send, uint8_t* recv, size_t coun
   Context& c = op.ctx();
   const size_t es = c.elem_size();
   const bool root = c.rank() == root_rank;
-  const Blocks slices = ReduceSlices(count, c.size(), root_rank);
+  const SwitchTable table = ParseSwitchTable(c.local_group()->tuning).value_or(SwitchTable::kIntel);
+  const Blocks slices = ReduceSlices(count, c.size(), root_rank, CmaReduceCombineCost(table));
   const auto& mine = slices[static_cast<size_t>(op.me())];
   auto average = [&](uint64_t, uint8_t* chunk, size_t elems) { FinishAverage(c, chunk, elems); };
   if (root) {

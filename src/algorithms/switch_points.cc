@@ -285,6 +285,21 @@ uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus) {
   return 4 * kMiB;
 }
 
+double CmaReduceCombineCost(SwitchTable table) {
+  // 0.2 on the first Intel host (2026-11-30), where slices cut by it ran
+  // 1.13x-1.39x faster than even ones at 64 KiB-4 MiB; the AMD tables keep
+  // it (cma runs their reduce only on Zen 4 below 512 KiB). On the Intel
+  // host of 2026-12-06 (family 6 model 207) the root's slice weighed 1.71
+  // ran level with even slices, and 1.3 (a cost of 1.2) fastest: `choir perf
+  // -n 2 --op reduce --algo cma`, 5 interleaved launches of 50-200 calls,
+  // median busbw against 1.71: 256 KiB-1 MiB 1.12x-1.18x, 4 and 16 MiB 1.13x
+  // and 1.15x (1.15 and 1.45 between them; even slices 0.98x-1.02x). With 4
+  // ranks on the 2 cores a cost of 1.2 (a weight of 1.13 against 1.26)
+  // measured 1.05x-1.27x at 256 KiB-16 MiB, within the launches' spread
+  // (docs/performance-log.md, "The Intel host a third time").
+  return table == SwitchTable::kIntel ? 1.2 : 0.2;
+}
+
 const Algorithm* SameHostChoice(const GroupView& g, const OpArgs& a) {
   if (!g.same_host) return nullptr;
   const SameHostOrder order = SameHostOrderFor(g.switch_table, a.kind, g.cma, g.shares_cpus);

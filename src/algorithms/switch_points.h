@@ -74,6 +74,12 @@ bool StagingStreamsFirst(SwitchTable table, bool shares_cpus);
 // the same published affinities, so they agree.
 uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus);
 
+// What combining a byte of an input costs in cma's reduce, as a share of
+// copying a byte between processes: it sets how much larger the root's slice
+// is than the others' (cma.cc, ReduceSlices). Every rank of a host has the
+// same table, so they cut the same slices.
+double CmaReduceCombineCost(SwitchTable table);
+
 // The same-host algorithm for `a` on `g`, or nullptr when the group is not
 // one host's ranks or none of them can run it: the slots up to the table's
 // limit, then the pipe or cma in the table's order, and the slots as far as
