@@ -199,11 +199,11 @@ void ExpectFlatLimits(algorithms::GroupView g, const std::vector<FlatWant>& want
 TEST(SwitchPointsTest, IntelFlatLimitsPerCollective) {
   algorithms::GroupView g = TwoRanksOneHost();
   ExpectFlatLimits(g, {{algorithms::CollKind::kAllreduce, 16 * kKiB, 32 * kKiB},
-                       {algorithms::CollKind::kReduceScatter, 64 * kKiB, 64 * kKiB},
+                       {algorithms::CollKind::kReduceScatter, 16 * kKiB, 32 * kKiB},
                        {algorithms::CollKind::kBroadcast, 32 * kKiB, 64 * kKiB},  // 128 KiB, but the slots hold 64
                        {algorithms::CollKind::kReduce, 64 * kKiB, 64 * kKiB},
-                       {algorithms::CollKind::kAlltoall, 64 * kKiB, 64 * kKiB},
-                       {algorithms::CollKind::kAllgather, 32 * kKiB, 32 * kKiB}});
+                       {algorithms::CollKind::kAlltoall, 16 * kKiB, 32 * kKiB},
+                       {algorithms::CollKind::kAllgather, 16 * kKiB, 16 * kKiB}});
   g.cma = false;
   ExpectFlatLimits(g, {{algorithms::CollKind::kAllreduce, 64 * kKiB, 64 * kKiB},
                        {algorithms::CollKind::kReduce, 64 * kKiB, 64 * kKiB}});

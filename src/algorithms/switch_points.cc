@@ -17,28 +17,34 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 // --algo shm_flat|cma`, 4-512 KiB (docs/algorithms.md, "Where shm_flat hands
 // over to cma"). Measured again on 2026-12-06 (family 6 model 207), 5-7
 // interleaved launches of 200-300 calls, median busbw, slots against cma:
-// reduce_scatter 64 KiB 4.38 against 3.69 GB/s (4 ranks 1.61 against 1.03),
-// alltoall 64 KiB 4.93 against 4.83 (32 KiB 4.33 against 3.39; 4 ranks 1.41
-// against 1.31), reduce 64 KiB 11.7 against 7.61, allgather with 32 KiB
-// blocks 5.11 against 4.27 and with 64 KiB blocks 4.51 against 6.24 (4
-// ranks, 32 KiB blocks: 2.84 against 2.46); the slots now take those
+// with heap buffers the slots won up to 64 KiB for reduce (11.7 against
+// 7.61 GB/s at 64 KiB), reduce_scatter (4.38 against 3.69) and alltoall
+// (4.93 against 4.83), and allgather to 32 KiB blocks (5.11 against 4.27);
+// but cma reads SharedBuffers straight from their mappings, and there it
+// won from 16 KiB, by 1.4x-2.3x at 64 KiB (reduce 20.1 against 11.9,
+// reduce_scatter 12.2 against 5.4, allgather 8.94 against 4.92, alltoall
+// 6.17 against 4.28). A rank knows only its own buffers' kind, and every
+// rank must choose alike, so one limit serves both: reduce takes the slots
+// to 64 KiB (in `compare` heap 0.84x -> 1.42x of the best peer at 64 KiB,
+// SharedBuffer 2.13x -> 1.45x); the others keep their limits, since there
+// the heap's gain was smaller than the SharedBuffers' loss (allgather and
+// alltoall at 64 KiB went from 1.64x and 1.65x of the best peer to 0.80x)
 // (docs/performance-log.md, "The Intel host a third time").
 size_t IntelFlatLimitWithCma(CollKind kind, bool shares_cpus) {
   switch (kind) {
     case CollKind::kAllreduce:
-      return (shares_cpus ? 32 : 16) * kKiB;
     case CollKind::kReduceScatter:
     case CollKind::kAlltoall:
-    case CollKind::kReduce:
-      return 64 * kKiB;
+      return (shares_cpus ? 32 : 16) * kKiB;
     case CollKind::kAllgather:
-      return 32 * kKiB;
-    case CollKind::kAllgatherV:  // not measured again; the AMD tables take this one too
+    case CollKind::kAllgatherV:
     case CollKind::kGather:
     case CollKind::kScatter:
       return 16 * kKiB;
     case CollKind::kBroadcast:
       return (shares_cpus ? 128 : 32) * kKiB;
+    case CollKind::kReduce:
+      return 64 * kKiB;
     default:
       return SIZE_MAX;  // barrier: no payload
   }
