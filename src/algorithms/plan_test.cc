@@ -64,7 +64,8 @@ TEST(PlanTest, OneHostUsesTheSharedArea) {
   EXPECT_EQ(Row(*rows, "allreduce", 64u << 10)->algorithm, "cma");
   EXPECT_EQ(Row(*rows, "allreduce", 1u << 20)->algorithm, "cma");
   EXPECT_EQ(Row(*rows, "allreduce", 64u << 20)->algorithm, "shm_pipe");
-  EXPECT_EQ(Row(*rows, "reduce_scatter", 64u << 20)->algorithm, "cma");
+  EXPECT_EQ(Row(*rows, "reduce_scatter", 1u << 20)->algorithm, "cma");
+  EXPECT_EQ(Row(*rows, "reduce_scatter", 64u << 20)->algorithm, "shm_pipe");
   // Ranks stacked on one core: the pipe from 1 MiB.
   Topology stacked = Make(1, 4, false);
   for (RankPlace& p : stacked.ranks) p.cores = {0};

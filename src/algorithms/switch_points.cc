@@ -14,8 +14,8 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 // wins, per collective and per whether the ranks share cores (cma's system
 // calls and waits cost a shared core more, so the slots keep larger payloads
 // there). Measured as busbw (mean time per call) with `choir perf -n 2|4
-// --algo shm_flat|cma`, 4-512 KiB (docs/algorithms.md, "Where shm_flat hands
-// over to cma"). Measured again on 2026-12-06 (family 6 model 207), 5-7
+// --algo shm_flat|cma`, 4-512 KiB (docs/algorithms.md, "Switch points per
+// host"). Measured again on 2026-12-06 (family 6 model 207), 5-7
 // interleaved launches of 200-300 calls, median busbw, slots against cma:
 // with heap buffers the slots won up to 64 KiB for reduce (11.7 against
 // 7.61 GB/s at 64 KiB), reduce_scatter (4.38 against 3.69) and alltoall
@@ -25,11 +25,12 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 // reduce_scatter 12.2 against 5.4, allgather 8.94 against 4.92, alltoall
 // 6.17 against 4.28). A rank knows only its own buffers' kind, and every
 // rank must choose alike, so one limit serves both: reduce takes the slots
-// to 64 KiB (in `compare` heap 0.84x -> 1.42x of the best peer at 64 KiB,
-// SharedBuffer 2.13x -> 1.45x); the others keep their limits, since there
-// the heap's gain was smaller than the SharedBuffers' loss (allgather and
-// alltoall at 64 KiB went from 1.64x and 1.65x of the best peer to 0.80x)
-// (docs/performance-log.md, "The Intel host a third time").
+// to 64 KiB (in three `compare` runs heap 0.84x -> 1.06x-1.42x of the best
+// peer at 64 KiB, SharedBuffer 2.13x -> 1.23x-1.45x); the others keep their
+// limits, since there the heap's gain was smaller than the SharedBuffers'
+// loss (allgather and alltoall at 64 KiB went from 1.64x and 1.65x of the
+// best peer to 0.80x) (docs/performance-log.md, "The Intel host a third
+// time").
 size_t IntelFlatLimitWithCma(CollKind kind, bool shares_cpus) {
   switch (kind) {
     case CollKind::kAllreduce:
@@ -299,7 +300,8 @@ double CmaReduceCombineCost(SwitchTable table) {
   // ran level with even slices, and 1.3 (a cost of 1.2) fastest: `choir perf
   // -n 2 --op reduce --algo cma`, 5 interleaved launches of 50-200 calls,
   // median busbw against 1.71: 256 KiB-1 MiB 1.12x-1.18x, 4 and 16 MiB 1.13x
-  // and 1.15x (1.15 and 1.45 between them; even slices 0.98x-1.02x). With 4
+  // and 1.15x (1.45: 1.11x-1.16x; 1.15: 0.96x-1.22x; even slices
+// 0.98x-1.02x). With 4
   // ranks on the 2 cores a cost of 1.2 (a weight of 1.13 against 1.26)
   // measured 1.05x-1.27x at 256 KiB-16 MiB, within the launches' spread
   // (docs/performance-log.md, "The Intel host a third time").
