@@ -538,6 +538,11 @@ bool AreaOp::AllShared() const {
   return true;
 }
 
+bool AreaOp::ReduceShared(int root) const {
+  if (peers_.size() != static_cast<size_t>(size()) || peers_[static_cast<size_t>(root)].recv_ref.id == 0) return false;
+  return std::all_of(peers_.begin(), peers_.end(), [](const PeerBuffers& b) { return b.send_ref.id != 0; });
+}
+
 Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes) {
   Context& c = op.ctx();
   c.CountSharedRead(p, bytes);

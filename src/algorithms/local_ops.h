@@ -146,6 +146,11 @@ class AreaOp {
   // True when every rank published send and receive buffers inside
   // SharedBuffers and this host allows mapping them.
   bool AllShared() const;
+  // True when a reduce to local rank `root` reaches every buffer it touches
+  // through mappings: every rank's input and the root's output lie in
+  // SharedBuffers (the other ranks' outputs are not touched). The same
+  // answer on every rank.
+  bool ReduceShared(int root) const;
 
   int me() const { return group_->index; }
   int size() const { return group_->size(); }

@@ -165,12 +165,14 @@ TEST(SwitchPointsTest, IntelPipeTakesOverFromCmaPerCollective) {
 }
 
 // cma's reduce: combining costs 1.2 of a copy between processes on the
-// Intel table (measured again there), 0.2 on the AMD ones.
+// Intel table with the kernel copying (measured again there), 0.2 through
+// SharedBuffers' mappings and on the AMD tables.
 TEST(SwitchPointsTest, CmaReduceCombineCostPerTable) {
-  EXPECT_EQ(algorithms::CmaReduceCombineCost(algorithms::SwitchTable::kIntel), 1.2);
+  EXPECT_EQ(algorithms::CmaReduceCombineCost(algorithms::SwitchTable::kIntel, false), 1.2);
+  EXPECT_EQ(algorithms::CmaReduceCombineCost(algorithms::SwitchTable::kIntel, true), 0.2);
   for (const auto table : {algorithms::SwitchTable::kAmd, algorithms::SwitchTable::kAmdZen4,
                            algorithms::SwitchTable::kAmdZen5}) {
-    EXPECT_EQ(algorithms::CmaReduceCombineCost(table), 0.2);
+    for (const bool shared : {false, true}) EXPECT_EQ(algorithms::CmaReduceCombineCost(table, shared), 0.2);
   }
 }
 

@@ -309,9 +309,7 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
     // A reduce reads every input and writes the root's output only (the
     // other ranks' may be null): those in SharedBuffers suffice.
     if (!average) return InternalError("a pipe reduce always finishes kAvg");  // ReduceCmaWith does
-    if (op.peers()[static_cast<size_t>(root)].recv_ref.id != 0 && EveryRankShares(op, &PeerBuffers::send_ref)) {
-      return ReduceCmaWith(op, in, out, ElemsSpanned(slices), root);
-    }
+    if (op.ReduceShared(root)) return ReduceCmaWith(op, in, out, ElemsSpanned(slices), root);
   } else if (walk.shared) {
     return CmaReduceWith(op, in, out, slices, output == Output::kWhole, average);
   }

@@ -292,20 +292,25 @@ uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus) {
   return 4 * kMiB;
 }
 
-double CmaReduceCombineCost(SwitchTable table) {
+double CmaReduceCombineCost(SwitchTable table, bool shared) {
   // 0.2 on the first Intel host (2026-11-30), where slices cut by it ran
-  // 1.13x-1.39x faster than even ones at 64 KiB-4 MiB; the AMD tables keep
-  // it (cma runs their reduce only on Zen 4 below 512 KiB). On the Intel
-  // host of 2026-12-06 (family 6 model 207) the root's slice weighed 1.71
-  // ran level with even slices, and 1.3 (a cost of 1.2) fastest: `choir perf
-  // -n 2 --op reduce --algo cma`, 5 interleaved launches of 50-200 calls,
-  // median busbw against 1.71: 256 KiB-1 MiB 1.12x-1.18x, 4 and 16 MiB 1.13x
-  // and 1.15x (1.45: 1.11x-1.16x; 1.15: 0.96x-1.22x; even slices
-// 0.98x-1.02x). With 4
-  // ranks on the 2 cores a cost of 1.2 (a weight of 1.13 against 1.26)
-  // measured 1.05x-1.27x at 256 KiB-16 MiB, within the launches' spread
-  // (docs/performance-log.md, "The Intel host a third time").
-  return table == SwitchTable::kIntel ? 1.2 : 0.2;
+  // 1.13x-1.39x faster than even ones at 64 KiB-4 MiB, and 1.21x-1.25x with
+  // SharedBuffers; the AMD tables keep it (cma runs their reduce on heap
+  // buffers only on Zen 4 below 512 KiB; SharedBuffer reduces past the slots
+  // take this path on every table). On the Intel host of 2026-12-06 (family
+  // 6 model 207) with heap buffers, where the copies between processes are
+  // the kernel's, the root's slice weighed 1.71 ran level with even slices,
+  // and 1.3 (a cost of 1.2) fastest: `choir perf -n 2 --op reduce --algo
+  // cma`, 5 interleaved launches of 50-200 calls, median busbw against 1.71:
+  // 256 KiB-1 MiB 1.12x-1.18x, 4 and 16 MiB 1.13x and 1.15x (1.45:
+  // 1.11x-1.16x; 1.15: 0.96x-1.22x; even slices 0.98x-1.02x); in two later
+  // passes (5 and 7 launches) 1.17x-1.25x at 256 KiB-1 MiB, 0.83x-1.00x at
+  // 4-16 MiB. With 4 ranks on the 2 cores a cost of 1.2 (a weight of 1.13
+  // against 1.26) measured 1.05x-1.27x at 256 KiB-16 MiB, within the
+  // launches' spread. With SharedBuffers there 1.2 against 0.2: 0.86x and
+  // 0.89x at 256 KiB, 1.06x-1.14x at 1 MiB, level at 4-16 MiB, so they keep
+  // 0.2 (docs/performance-log.md, "The Intel host a third time").
+  return table == SwitchTable::kIntel && !shared ? 1.2 : 0.2;
 }
 
 const Algorithm* SameHostChoice(const GroupView& g, const OpArgs& a) {

@@ -76,9 +76,11 @@ uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus);
 
 // What combining a byte of an input costs in cma's reduce, as a share of
 // copying a byte between processes: it sets how much larger the root's slice
-// is than the others' (cma.cc, ReduceSlices). Every rank of a host has the
-// same table, so they cut the same slices.
-double CmaReduceCombineCost(SwitchTable table);
+// is than the others' (cma.cc, ReduceSlices). `shared`: every copy goes
+// through SharedBuffers' mappings (AreaOp::ReduceShared), none through the
+// kernel. Every rank of a host has the same table and sees the same
+// buffers published, so they cut the same slices.
+double CmaReduceCombineCost(SwitchTable table, bool shared);
 
 // The same-host algorithm for `a` on `g`, or nullptr when the group is not
 // one host's ranks or none of them can run it: the slots up to the table's

@@ -850,23 +850,28 @@ TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
 }
 
 // cma's reduce cuts the root a larger slice by each table's combine cost
-// (1.2 on the Intel table, 0.2 on the AMD ones): under both, every root,
-// 2 and 3 ranks, counts that leave the slices uneven, exact values.
+// (1.2 on the Intel table with heap buffers, 0.2 through SharedBuffers and on
+// the AMD ones): under both tables, with both kinds of buffer, 2 and 3
+// ranks, the sweep's changing roots, counts that leave the slices uneven,
+// exact values.
 TEST(CommLargeTest, CmaReduceSlicesOfEveryTableMatchReference) {
   for (const std::string tuning : {"intel", "amd"}) {
     params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);
-    for (int n : {2, 3}) {
-      auto results = RunRanks(n, [](Communicator& comm) -> Status {
-        SweepOptions so;
-        so.ops = {"reduce"};
-        so.dtypes = {DataType::kFloat32, DataType::kInt32};
-        so.counts = {1, 17, 4099, 70001, 300001};
-        so.all_reduce_ops = false;
-        so.algorithm = "cma";
-        return CheckSweep(comm, so);
-      }, TransportOptions("shm", 60s));
-      SCOPED_TRACE(tuning + ", " + std::to_string(n) + " ranks");
-      ExpectAllOk(results);
+    for (const bool shared : {false, true}) {
+      for (int n : {2, 3}) {
+        auto results = RunRanks(n, [shared](Communicator& comm) -> Status {
+          SweepOptions so;
+          so.ops = {"reduce"};
+          so.dtypes = {DataType::kFloat32, DataType::kInt32};
+          so.counts = {1, 17, 4099, 70001, 300001};
+          so.all_reduce_ops = false;
+          so.algorithm = "cma";
+          so.shared_buffers = shared;
+          return CheckSweep(comm, so);
+        }, TransportOptions("shm", 60s));
+        SCOPED_TRACE(tuning + (shared ? ", SharedBuffers, " : ", heap, ") + std::to_string(n) + " ranks");
+        ExpectAllOk(results);
+      }
     }
   }
 }

@@ -66,7 +66,7 @@ TEST(WeightedBlocksTest, CoversExactlyForEveryShape) {
   for (size_t count : {0, 1, 5, 15, 16, 17, 1000, 1 << 20}) {
     for (int parts = 1; parts <= 6; ++parts) {
       for (int heavy = 0; heavy < parts; ++heavy) {
-        for (double w : {1.0, 1.26, 1.71, 100.0}) {
+        for (double w : {1.0, 1.13, 1.26, 1.29, 1.71, 100.0}) {
           const auto b = patterns::WeightedBlocks(count, parts, heavy, w, 16);
           ASSERT_EQ(b.size(), static_cast<size_t>(parts));
           size_t next = 0;
