@@ -531,16 +531,17 @@ Result<uint8_t*> AreaOp::Reach(int p, uint64_t remote, size_t bytes) {
 }
 
 bool AreaOp::AllShared() const {
-  if (peers_.size() != static_cast<size_t>(size())) return false;
-  for (const PeerBuffers& b : peers_) {
-    if (b.send_ref.id == 0 || b.recv_ref.id == 0) return false;
-  }
-  return true;
+  return peers_.size() == static_cast<size_t>(size()) && EveryRankShares(&PeerBuffers::send_ref) &&
+         EveryRankShares(&PeerBuffers::recv_ref);
+}
+
+bool AreaOp::EveryRankShares(transport::SharedRef PeerBuffers::*ref) const {
+  return std::all_of(peers_.begin(), peers_.end(), [&](const PeerBuffers& b) { return (b.*ref).id != 0; });
 }
 
 bool AreaOp::ReduceShared(int root) const {
   if (peers_.size() != static_cast<size_t>(size()) || peers_[static_cast<size_t>(root)].recv_ref.id == 0) return false;
-  return std::all_of(peers_.begin(), peers_.end(), [](const PeerBuffers& b) { return b.send_ref.id != 0; });
+  return EveryRankShares(&PeerBuffers::send_ref);
 }
 
 Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t bytes) {

@@ -146,6 +146,9 @@ class AreaOp {
   // True when every rank published send and receive buffers inside
   // SharedBuffers and this host allows mapping them.
   bool AllShared() const;
+  // Whether every rank's buffer `ref` (&PeerBuffers::send_ref or recv_ref)
+  // lies in a SharedBuffer: the same answer on every rank.
+  bool EveryRankShares(transport::SharedRef PeerBuffers::*ref) const;
   // True when a reduce to local rank `root` reaches every buffer it touches
   // through mappings: every rank's input and the root's output lie in
   // SharedBuffers (the other ranks' outputs are not touched). The same

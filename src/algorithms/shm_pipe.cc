@@ -208,12 +208,6 @@ void StageForPeers(const AreaOp& op, const uint8_t* in, const Blocks& blocks, ui
   }
 }
 
-// Whether every rank's buffer `ref` (&PeerBuffers::send_ref or recv_ref)
-// lies in a SharedBuffer: the same answer on every rank.
-bool EveryRankShares(const AreaOp& op, transport::SharedRef PeerBuffers::*ref) {
-  return std::all_of(op.peers().begin(), op.peers().end(), [&](const PeerBuffers& b) { return (b.*ref).id != 0; });
-}
-
 // Who receives what of a reduction over the pipe.
 enum class Output {
   kMySlice,      // reduce_scatter: each rank its slice, at `out`
@@ -514,7 +508,7 @@ Status BroadcastPipe(Context& c, const OpArgs& a) {
   const size_t chunk = ChunkBytes(op.pipe_bytes(), op.pipe_cache_bytes(), 1) / es;  // one chunk per step
   const Block whole{0, a.count};
   CHOIR_ASSIGN_OR_RETURN(Walk walk, StartWalk(op, {whole}, chunk, is_root ? a.send : nullptr, a.recv));
-  if (op.peers()[static_cast<size_t>(root)].send_ref.id != 0 && EveryRankShares(op, &PeerBuffers::recv_ref)) {
+  if (op.peers()[static_cast<size_t>(root)].send_ref.id != 0 && op.EveryRankShares(&PeerBuffers::recv_ref)) {
     return BroadcastCmaWith(op, a);
   }
   TakePositions(op, walk, root);  // only the root's pipe is staged into
