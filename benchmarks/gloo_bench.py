@@ -13,18 +13,19 @@ tcp://127.0.0.1:<free port> (GLOO_SOCKET_IFNAME=lo, one torch thread each).
 so the same script measures choir through PyTorch.
 
 Conventions are choir perf's (nccl-tests'): bytes is the per-rank buffer for
-allreduce, broadcast and reduce, and the whole buffer for reduce_scatter,
-allgather and alltoall; each iteration is timed on every rank and an
-operation's time is the slowest rank's; algbw = bytes / mean time; busbw
-factors 2(n-1)/n (allreduce), (n-1)/n (reduce_scatter, allgather, alltoall),
-1 (broadcast, reduce). Rank 0 probes one call and picks the iteration count
+allreduce, broadcast and reduce, the whole buffer for reduce_scatter,
+allgather and alltoall, and the root's whole buffer for gather and scatter;
+each iteration is timed on every rank and an operation's time is the slowest
+rank's; algbw = bytes / mean time; busbw factors 2(n-1)/n (allreduce),
+(n-1)/n (reduce_scatter, allgather, alltoall, gather, scatter), 1
+(broadcast, reduce). Rank 0 probes one call and picks the iteration count
 (clamped to 5..100000) that fills --time-per-size; --iters-schedule
 "64K:200:10,1M:50:3,*:5:1" instead fixes iterations and warmup per size band
 (first entry whose bytes >= the size; * = any size).
 
 torch's collectives are in place, so the timed loops of allreduce and reduce
-run on zeros (values stay finite); allgather uses the list form (gloo has no
-_allgather_base); reduce_scatter uses reduce_scatter_tensor, which gloo in
+run on zeros (values stay finite); allgather, gather and scatter use the list forms (gloo has
+no _allgather_base); reduce_scatter uses reduce_scatter_tensor, which gloo in
 torch 1.13 does not support: it is reported under "unsupported". Every size
 is checked once afterwards on patterned inputs, every element of every rank.
 
@@ -40,8 +41,11 @@ import subprocess
 import sys
 import time
 
-OPS = ["allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall"]
-WHOLE_BUFFER = {"reduce_scatter", "allgather", "alltoall"}
+OPS = ["allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall", "gather", "scatter"]
+WHOLE_BUFFER = {"reduce_scatter", "allgather", "alltoall", "gather", "scatter"}
+# Ops whose send (receive) buffer holds a block per rank.
+SEND_PER_RANK = {"reduce_scatter", "alltoall", "scatter"}
+RECV_PER_RANK = {"allgather", "alltoall", "gather"}
 MIN_ITERS, MAX_ITERS = 5, 100000
 
 
@@ -183,12 +187,18 @@ class Bench:
             return lambda: d.broadcast(recv, src=root)
         if op == "reduce":
             return lambda: d.reduce(recv, dst=root, op=rop)
+        if op == "gather":
+            views = list(recv.split(count)) if self.rank == root else None
+            return lambda: d.gather(send, gather_list=views, dst=root)
+        if op == "scatter":
+            views = list(send.split(count)) if self.rank == root else None
+            return lambda: d.scatter(recv, scatter_list=views, src=root)
         return lambda: d.all_to_all_single(recv, send)
 
     def buffers(self, op, count):
         """Zeroed send and receive views of storage kept across sizes (no page faults in the timing)."""
-        send_elems = count * self.n if op in ("reduce_scatter", "alltoall") else count
-        recv_elems = count * self.n if op in ("allgather", "alltoall") else count
+        send_elems = count * self.n if op in SEND_PER_RANK else count
+        recv_elems = count * self.n if op in RECV_PER_RANK else count
         if self._send.numel() < send_elems:
             self._send = self.torch.empty(send_elems, dtype=self.dtype)
         if self._recv.numel() < recv_elems:
@@ -222,13 +232,15 @@ class Bench:
             want = self.reduced(count)
         elif op == "reduce_scatter":
             want = self.reduced(count, r * count)
-        elif op == "allgather":
+        elif op == "allgather" or (op == "gather" and r == root):
             want = t.cat([self.pattern(p, count) for p in range(n)])
+        elif op == "scatter":
+            want = self.pattern(root, count, r * count)
         elif op == "broadcast":
             want = self.pattern(root, count)
         elif op == "alltoall":
             want = t.cat([self.pattern(p, count, r * count) for p in range(n)])
-        else:  # reduce on a non-root rank: no output
+        else:  # reduce or gather on a non-root rank: no output
             want = recv
         ok = t.tensor([1 if t.equal(recv, want) else 0], dtype=t.int64)
         self.dist.all_reduce(ok, op=self.dist.ReduceOp.MIN)

@@ -2,18 +2,19 @@
 // `choir perf`, so choir can be compared with Open MPI and MPICH on the same
 // sizes (benchmarks/compare runs it).
 //
-//   mpirun -np N coll_bench [--op allreduce,reduce_scatter,allgather,broadcast,reduce,alltoall|all]
+//   mpirun -np N coll_bench [--op allreduce,reduce_scatter,allgather,broadcast,reduce,alltoall,gather,scatter|all]
 //       [--dtype float32|float64] [--reduce-op sum|max|min] [--min-bytes 8] [--max-bytes 256M]
 //       [--step-factor 2] [--iters N | --time-per-size S | --iters-schedule S] [--warmup 5]
 //       [--root 0] [--no-check] [--latency N] [--json FILE]
 //
 // Conventions are choir perf's (which are nccl-tests'): bytes is the per-rank
 // buffer for allreduce, broadcast and reduce, and the whole buffer (n chunks)
-// for reduce_scatter (MPI_Reduce_scatter_block), allgather and alltoall.
+// for reduce_scatter (MPI_Reduce_scatter_block), allgather and alltoall, and
+// the root's whole buffer for gather and scatter.
 // Every iteration is timed on every rank; an operation's time is the slowest
 // rank's; mean, p50 and p99 are over iterations. algbw = bytes / mean;
 // busbw = algbw x 2(n-1)/n (allreduce), x (n-1)/n (reduce_scatter,
-// allgather, alltoall), x 1 (broadcast, reduce). Rank 0 probes one call and
+// allgather, alltoall, gather, scatter), x 1 (broadcast, reduce). Rank 0 probes one call and
 // chooses the iteration count (clamped to 5..100000) so that the timed loop
 // fills --time-per-size; every rank runs that count. --iters-schedule
 // "64K:200:10,1M:50:3,*:5:1" instead fixes iterations and warmup per size
@@ -44,9 +45,11 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { kNumOps = 6, kMaxIters = 100000, kMinIters = 5 };
-static const char* const kOps[kNumOps] = {"allreduce", "reduce_scatter", "allgather",
-                                          "broadcast", "reduce",         "alltoall"};
+// Op indices follow kOps.
+enum { kAllreduce, kReduceScatter, kAllgather, kBcast, kReduce, kAlltoall, kGather, kScatter, kNumOps };
+enum { kMaxIters = 100000, kMinIters = 5 };
+static const char* const kOps[kNumOps] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                          "reduce",    "alltoall",       "gather",    "scatter"};
 
 enum { kMaxBands = 16 };
 
@@ -144,7 +147,7 @@ static int OpIndex(const char* name, size_t len) {
   for (int i = 0; i < kNumOps; ++i) {
     if (strlen(kOps[i]) == len && strncmp(kOps[i], name, len) == 0) return i;
   }
-  if (len == 5 && strncmp(name, "bcast", 5) == 0) return 3;
+  if (len == 5 && strncmp(name, "bcast", 5) == 0) return kBcast;
   return -1;
 }
 
@@ -160,7 +163,8 @@ static void ParseOps(const char* list, Options* o) {
     const size_t len = comma ? (size_t)(comma - p) : strlen(p);
     const int i = OpIndex(p, len);
     if (i < 0)
-      Die("unknown --op (allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, all)");
+      Die("unknown --op (allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, gather, scatter, "
+          "all)");
     o->ops[i] = 1;
     p += len + (comma ? 1 : 0);
   }
@@ -203,7 +207,7 @@ static void ParseArgs(int argc, char** argv, Options* o) {
                  .root = 0,
                  .check = 1,
                  .json_path = NULL};
-  o->ops[0] = 1;  // allreduce, as choir perf
+  o->ops[kAllreduce] = 1;  // as choir perf
   int c;
   while ((c = getopt_long(argc, argv, "o:d:r:b:e:f:n:t:w:R:CL:j:S:h", kLong, NULL)) != -1) {
     switch (c) {
@@ -249,7 +253,7 @@ static void ParseArgs(int argc, char** argv, Options* o) {
         break;
       case 'L':
         memset(o->ops, 0, sizeof(o->ops));
-        o->ops[0] = 1;
+        o->ops[kAllreduce] = 1;
         o->min_bytes = o->max_bytes = 8;
         o->iters = atol(optarg);
         o->warmup = 100;
@@ -277,11 +281,22 @@ static void ParseArgs(int argc, char** argv, Options* o) {
   if (o->root < 0 || o->root >= size_) Die("--root outside the communicator");
 }
 
-static int WholeBuffer(int op) { return op == 1 || op == 2 || op == 5; }
+static int WholeBuffer(int op) {
+  return op == kReduceScatter || op == kAllgather || op == kAlltoall || op == kGather || op == kScatter;
+}
+
+// Elements of a rank's send and receive buffers for `count` per rank (the
+// root's, for gather and scatter; every rank has them).
+static size_t SendElems(int op, size_t count) {
+  return (op == kReduceScatter || op == kAlltoall || op == kScatter) ? count * (size_t)size_ : count;
+}
+static size_t RecvElems(int op, size_t count) {
+  return (op == kAllgather || op == kAlltoall || op == kGather) ? count * (size_t)size_ : count;
+}
 
 static double BusFactor(int op) {
-  if (op == 0) return 2.0 * (size_ - 1) / size_;
-  if (op == 3 || op == 4) return 1.0;
+  if (op == kAllreduce) return 2.0 * (size_ - 1) / size_;
+  if (op == kBcast || op == kReduce) return 1.0;
   return (double)(size_ - 1) / size_;
 }
 
@@ -299,20 +314,26 @@ static void Issue(const Buffers* b, int op, size_t count) {
   const int c = (int)count;
   int rc = MPI_SUCCESS;
   switch (op) {
-    case 0:
+    case kAllreduce:
       rc = MPI_Allreduce(b->send, b->recv, c, b->type, b->reduce, MPI_COMM_WORLD);
       break;
-    case 1:
+    case kReduceScatter:
       rc = MPI_Reduce_scatter_block(b->send, b->recv, c, b->type, b->reduce, MPI_COMM_WORLD);
       break;
-    case 2:
+    case kAllgather:
       rc = MPI_Allgather(b->send, c, b->type, b->recv, c, b->type, MPI_COMM_WORLD);
       break;
-    case 3:
+    case kBcast:
       rc = MPI_Bcast(rank_ == b->root ? b->send : b->recv, c, b->type, b->root, MPI_COMM_WORLD);
       break;
-    case 4:
+    case kReduce:
       rc = MPI_Reduce(b->send, b->recv, c, b->type, b->reduce, b->root, MPI_COMM_WORLD);
+      break;
+    case kGather:
+      rc = MPI_Gather(b->send, c, b->type, b->recv, c, b->type, b->root, MPI_COMM_WORLD);
+      break;
+    case kScatter:
+      rc = MPI_Scatter(b->send, c, b->type, b->recv, c, b->type, b->root, MPI_COMM_WORLD);
       break;
     default:
       rc = MPI_Alltoall(b->send, c, b->type, b->recv, c, b->type, MPI_COMM_WORLD);
@@ -352,30 +373,34 @@ static void FillInput(const Buffers* b, size_t send_elems) {
 // Runs the operation once on patterned inputs and poisoned outputs and
 // compares every output element on every rank. Returns 1 when all match.
 static int Check(const Buffers* b, int op, size_t count, const char* reduce_op) {
-  const size_t n = (size_t)size_;
-  const size_t recv_elems = (op == 2 || op == 5) ? count * n : count;
+  const size_t recv_elems = RecvElems(op, count);
   for (size_t j = 0; j < recv_elems; ++j) Store(b, b->recv, j, -1.0);
   Issue(b, op, count);
-  // reduce writes only the root's output; broadcast's root sends from `send`.
-  const int has_output = !(op == 4 && rank_ != b->root) && !(op == 3 && rank_ == b->root);
+  // reduce and gather write only the root's output; broadcast's root sends
+  // from `send`.
+  const int has_output = !((op == kReduce || op == kGather) && rank_ != b->root) && !(op == kBcast && rank_ == b->root);
   const enum ReduceKind rop =
       strcmp(reduce_op, "sum") == 0 ? kSum : (strcmp(reduce_op, "max") == 0 ? kMax : kMin);
   int ok = 1;
   for (size_t j = 0; has_output && ok && j < recv_elems; ++j) {
     double want;
     switch (op) {
-      case 0:
-      case 4:
+      case kAllreduce:
+      case kReduce:
         want = Reduced(rop, j);
         break;
-      case 1:
+      case kReduceScatter:
         want = Reduced(rop, (size_t)rank_ * count + j);
         break;
-      case 2:
+      case kAllgather:
+      case kGather:
         want = Pattern((int)(j / count), j % count);
         break;
-      case 3:
+      case kBcast:
         want = Pattern(b->root, j);
+        break;
+      case kScatter:
+        want = Pattern(b->root, (size_t)rank_ * count + j);
         break;
       default:
         want = Pattern((int)(j / count), (size_t)rank_ * count + j % count);
@@ -531,8 +556,8 @@ int main(int argc, char** argv) {
   for (int op = 0; op < kNumOps; ++op) {
     if (!o.ops[op]) continue;
     const size_t count = (size_t)(o.max_bytes / b.es / (WholeBuffer(op) ? (uint64_t)size_ : 1));
-    const size_t s = (op == 1 || op == 5) ? count * (size_t)size_ : count;
-    const size_t r = (op == 2 || op == 5) ? count * (size_t)size_ : count;
+    const size_t s = SendElems(op, count);
+    const size_t r = RecvElems(op, count);
     if (s * b.es > send_max) send_max = s * b.es;
     if (r * b.es > recv_max) recv_max = r * b.es;
   }
@@ -567,7 +592,7 @@ int main(int argc, char** argv) {
       row->count = count;
       row->bytes = (uint64_t)count * per;
       row->check = "";
-      FillInput(&b, (op == 1 || op == 5) ? count * (size_t)size_ : count);
+      FillInput(&b, SendElems(op, count));
       Measure(&b, &o, op, count, row);
       if (o.check) {
         const int ok = Check(&b, op, count, o.reduce_op);

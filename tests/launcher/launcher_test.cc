@@ -746,6 +746,38 @@ TEST(PerfTest, NamesTheSwitchPointsItRanWith) {
   std::remove(json_path.c_str());
 }
 
+// Gather and scatter follow nccl-tests: bytes is the root's whole buffer (a
+// block per rank), busbw = algbw x (n-1)/n; --root picks the root, and
+// --check verifies every rank's output.
+TEST(PerfTest, MeasuresGatherAndScatterWithTheirWholeBuffer) {
+  const Outcome r = RunChoir({"perf", "-n", "3", "--op", "gather,scatter", "--root", "2", "--min-bytes", "12",
+                              "--max-bytes", "12K", "--step-factor", "32", "--iters", "5", "--warmup", "1", "--check"},
+                             {}, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Rows of rank 0's table: bytes, count, mean, p50, p99, algbw, busbw, spread, algorithm, check.
+  std::map<std::string, std::vector<std::pair<uint64_t, size_t>>> rows;
+  std::string op;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("[0] # gather", 0) == 0 || line.rfind("[0] # scatter", 0) == 0) op = line.substr(6);
+    std::istringstream f(line);
+    std::string tag, spread, algorithm, check;
+    uint64_t bytes = 0;
+    size_t count = 0;
+    double mean = 0, p50 = 0, p99 = 0, algbw = 0, busbw = 0;
+    if (!(f >> tag >> bytes >> count >> mean >> p50 >> p99 >> algbw >> busbw >> spread >> algorithm >> check) ||
+        tag != "[0]") {
+      continue;
+    }
+    EXPECT_EQ(check, "check=ok") << line;
+    EXPECT_NEAR(busbw, algbw * 2 / 3, 0.0011) << line;
+    rows[op].emplace_back(bytes, count);
+  }
+  const std::vector<std::pair<uint64_t, size_t>> want = {{12, 1}, {384, 32}, {12288, 1024}};
+  EXPECT_EQ(rows["gather"], want) << r.out;
+  EXPECT_EQ(rows["scatter"], want) << r.out;
+}
+
 // Count of `needle` in `text`.
 size_t Occurrences(const std::string& text, const std::string& needle) {
   size_t n = 0;
@@ -760,7 +792,9 @@ TEST(PerfTest, RefusesBadFlagsOnceBeforeAnyRankStarts) {
       {{"-n", "0"}, "-n must be at least 1, got 0"},
       {{"--op", ""}, "--op '' has an empty entry"},
       {{"--op", "allreduce,,reduce"}, "has an empty entry"},
-      {{"--op", "allreduce,scatter"}, "unknown --op 'scatter'"},
+      {{"--op", "allreduce,scan"},
+       "unknown --op 'scan'; give allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, gather, "
+       "scatter, all, or a comma list of them"},
       {{"--op", "all", "--algo", "ring"}, "--algo ring does not run broadcast (force an algorithm on one --op at a time); available: "},
       {{"--max-bytes", ""}, "--max-bytes '' is not a size"},
       {{"--min-bytes", "1M", "--max-bytes", "64K"}, "--min-bytes 1 MiB is above --max-bytes 64 KiB"},

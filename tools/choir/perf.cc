@@ -1,6 +1,6 @@
 // `choir perf`: the bus-bandwidth benchmark (choir's nccl-tests / hccl_test).
 //
-//   choir perf [-n N] [--op allreduce|reduce_scatter|allgather|broadcast|reduce|alltoall|all|LIST]
+//   choir perf [-n N] [--op allreduce|reduce_scatter|allgather|broadcast|reduce|alltoall|gather|scatter|all|LIST]
 //              [--dtype float32] [--reduce-op sum] [--min-bytes 8] [--max-bytes 256M]
 //              [--step-factor 2] [--iters N | --time-per-size S] [--warmup N] [--repeat R]
 //              [--check] [--algo NAME] [--transport T] [--buffers heap|shared]
@@ -11,8 +11,10 @@
 // is needed. Times are per operation: each iteration is timed on every rank
 // and the operation's time is the slowest rank's; mean, p50 and p99 are over
 // iterations. algbw = bytes / mean time; busbw applies nccl-tests' factors:
-// allreduce 2(n-1)/n; reduce_scatter, allgather and alltoall (n-1)/n with
-// bytes = the whole buffer; broadcast and reduce 1.
+// allreduce 2(n-1)/n; reduce_scatter, allgather, alltoall, gather and
+// scatter (n-1)/n with bytes = the whole buffer (the root's, for gather and
+// scatter); broadcast and reduce 1. --root names the root of broadcast,
+// reduce, gather and scatter.
 //
 // --buffers shared takes the send and receive buffers from choir::SharedBuffer
 // (memory the ranks of a host read from each other directly); the default is
@@ -64,8 +66,8 @@ namespace {
 
 using json = nlohmann::json;
 
-const std::vector<std::string> kPerfOps = {"allreduce", "reduce_scatter", "allgather",
-                                           "broadcast", "reduce",         "alltoall"};
+const std::vector<std::string> kPerfOps = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                           "reduce",    "alltoall",       "gather",    "scatter"};
 
 double BusFactor(const std::string& op, int n) {
   if (op == "allreduce") return 2.0 * (n - 1) / n;
@@ -73,8 +75,11 @@ double BusFactor(const std::string& op, int n) {
   return static_cast<double>(n - 1) / n;
 }
 
-// Whether the nccl-tests byte count of `op` is the whole buffer of all ranks.
-bool WholeBuffer(const std::string& op) { return op == "reduce_scatter" || op == "allgather" || op == "alltoall"; }
+// Whether the nccl-tests byte count of `op` is the whole buffer of all ranks
+// (the root's whole buffer for gather and scatter).
+bool WholeBuffer(const std::string& op) {
+  return op == "reduce_scatter" || op == "allgather" || op == "alltoall" || op == "gather" || op == "scatter";
+}
 
 // Elements per rank for an operation whose nccl-tests byte count is `bytes`.
 size_t CountFor(const std::string& op, uint64_t bytes, size_t es, int n) {
@@ -83,10 +88,10 @@ size_t CountFor(const std::string& op, uint64_t bytes, size_t es, int n) {
 
 // Elements of a rank's send and receive buffers for `count` (CountFor).
 size_t SendElems(const std::string& op, size_t count, int n) {
-  return op == "reduce_scatter" || op == "alltoall" ? count * static_cast<size_t>(n) : count;
+  return op == "reduce_scatter" || op == "alltoall" || op == "scatter" ? count * static_cast<size_t>(n) : count;
 }
 size_t RecvElems(const std::string& op, size_t count, int n) {
-  return op == "allgather" || op == "alltoall" ? count * static_cast<size_t>(n) : count;
+  return op == "allgather" || op == "alltoall" || op == "gather" ? count * static_cast<size_t>(n) : count;
 }
 
 // Bounds on counts that size the benchmark's own memory (every iteration's
@@ -248,7 +253,8 @@ class PerfCommand : public Subcommand {
     app_ = &app;
     app.add_option("-n,--nproc", nproc_, "Start this many local ranks (when not under a launcher)");
     app.add_option("--op", op_,
-                   "allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, all, or a comma list");
+                   "allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, gather, scatter, all, "
+                   "or a comma list");
     app.add_option("--dtype", dtype_, "Element type (default float32)");
     app.add_option("--reduce-op", reduce_op_, "Reduction (default sum)");
     app.add_option("--min-bytes", min_bytes_, "Smallest size (default 8; K/M/G suffixes)");
@@ -265,7 +271,7 @@ class PerfCommand : public Subcommand {
     app.add_option("--buffers", buffers_, "heap (default) or shared: buffers from choir::SharedBuffer");
     app.add_option("--json", json_path_, "Write every figure, the machine and the settings to FILE");
     app.add_option("--baseline", baseline_path_, "Compare with an earlier --json FILE");
-    app.add_option("--root", root_, "Root rank for broadcast and reduce (default 0)");
+    app.add_option("--root", root_, "Root rank for broadcast, reduce, gather and scatter (default 0)");
   }
 
   int Run() override {
@@ -573,6 +579,8 @@ class PerfCommand : public Subcommand {
     // sends from the buffer it receives into): no extra copy on the root.
     if (op == "broadcast") return c.Broadcast(recv, recv, count, t, root_, call);
     if (op == "reduce") return c.Reduce(send, recv, count, t, rop, root_, call);
+    if (op == "gather") return c.Gather(send, recv, count, t, root_, call);
+    if (op == "scatter") return c.Scatter(send, recv, count, t, root_, call);
     return c.Alltoall(send, recv, count, t, call);
   }
 
