@@ -778,6 +778,29 @@ TEST(PerfTest, MeasuresGatherAndScatterWithTheirWholeBuffer) {
   EXPECT_EQ(rows["scatter"], want) << r.out;
 }
 
+// --json records the root of the rooted ops; a baseline measured with
+// another root is compared, with a note saying so (not for unrooted ops).
+TEST(PerfTest, RecordsTheRootAndNotesABaselineWithAnother) {
+  const testing::TempDir dir("choir-perf-root");
+  const std::string path = dir.path() + "/root1.json";
+  Outcome r = RunChoir({"perf", "-n", "2", "--op", "gather", "--root", "1", "--max-bytes", "64", "--iters", "5",
+                        "--json", path},
+                       {}, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"root\": 1,"), std::string::npos) << text.substr(0, 3000);
+  const std::string note = "measured the rooted ops with root 1, this run with root 0";
+  r = RunChoir({"perf", "-n", "2", "--op", "gather", "--max-bytes", "64", "--iters", "5", "--baseline", path}, {}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find(note), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vs baseline"), std::string::npos) << r.out;
+  r = RunChoir({"perf", "-n", "2", "--op", "allreduce", "--max-bytes", "64", "--iters", "5", "--baseline", path}, {},
+               60);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find(note), std::string::npos) << r.out;
+}
+
 // Count of `needle` in `text`.
 size_t Occurrences(const std::string& text, const std::string& needle) {
   size_t n = 0;

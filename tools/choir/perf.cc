@@ -328,6 +328,13 @@ class PerfCommand : public Subcommand {
       if (baseline_ && baseline_->buffers != buffers_) {
         fmt::print("# baseline {} used {} buffers, this run {}\n", baseline_->path, baseline_->buffers, buffers_);
       }
+      const bool rooted = std::any_of(ops_.begin(), ops_.end(), [](const std::string& op) {
+        return op == "broadcast" || op == "reduce" || op == "gather" || op == "scatter";
+      });
+      if (baseline_ && rooted && baseline_->root >= 0 && baseline_->root != root_) {
+        fmt::print("# baseline {} measured the rooted ops with root {}, this run with root {}\n", baseline_->path,
+                   baseline_->root, root_);
+      }
     }
     std::vector<Sample> samples;
     size_t unmatched = 0;  // rows without a baseline row
@@ -678,7 +685,7 @@ class PerfCommand : public Subcommand {
     }
     const json doc = {{"tool", "choir perf"}, {"ranks", c.size()}, {"machine", MachineDescription(c)},
                       {"settings", SettingsInEffect()}, {"repeat", repeat_},
-                      {"buffers", buffers_}, {"results", results}};
+                      {"buffers", buffers_}, {"root", root_}, {"results", results}};
     // Text that is not UTF-8 (a hostname, a setting) is replaced, not thrown on.
     const std::string text = JsonDump(doc, 2) + "\n";
     return files::ReplaceFile(json_path_, text);

@@ -80,6 +80,11 @@ Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::str
   }
   b.ranks = static_cast<int>(doc["ranks"].get<int64_t>());
   b.buffers = doc.contains("buffers") && doc["buffers"].is_string() ? doc["buffers"].get<std::string>() : "heap";
+  // Files from before the root was recorded have none.
+  if (doc.contains("root") && doc["root"].is_number_integer() && doc["root"].get<int64_t>() >= 0 &&
+      doc["root"].get<int64_t>() < b.ranks) {
+    b.root = static_cast<int>(doc["root"].get<int64_t>());
+  }
   if (ranks > 0 && b.ranks != ranks) {
     return Refuse(path, fmt::format("measured with {} ranks, this run has {}", b.ranks, ranks));
   }

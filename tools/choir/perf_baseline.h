@@ -30,6 +30,7 @@ struct Baseline {
   std::string path;
   int ranks = 0;
   std::string buffers;  // "heap" or "shared"
+  int root = -1;        // root of broadcast, reduce, gather and scatter; -1 when the file does not say
   std::vector<BaselineRow> rows;
 
   // The row measured for `op` at `bytes`, or nullptr.
