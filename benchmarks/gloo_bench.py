@@ -348,7 +348,7 @@ def run_rank(a):
     if b.rank == 0 and a.json:
         doc = {"tool": "gloo_bench", "library": f"torch {torch.__version__} {a.backend}", "ranks": b.n,
                "machine": {"hostname": socket.gethostname(), "online_cpus": os.cpu_count()}, "repeat": 1,
-               "unsupported": unsupported, "results": rows}
+               "root": a.root, "unsupported": unsupported, "results": rows}
         with open(a.json, "w") as f:
             json.dump(doc, f, indent=1)
             f.write("\n")

@@ -2,7 +2,8 @@
 // `choir perf`, so choir can be compared with Open MPI and MPICH on the same
 // sizes (benchmarks/compare runs it).
 //
-//   mpirun -np N coll_bench [--op allreduce,reduce_scatter,allgather,broadcast,reduce,alltoall,gather,scatter|all]
+//   mpirun -np N coll_bench
+//       [--op allreduce,reduce_scatter,allgather,broadcast,reduce,alltoall,gather,scatter|all]
 //       [--dtype float32|float64] [--reduce-op sum|max|min] [--min-bytes 8] [--max-bytes 256M]
 //       [--step-factor 2] [--iters N | --time-per-size S | --iters-schedule S] [--warmup 5]
 //       [--root 0] [--no-check] [--latency N] [--json FILE]
@@ -46,7 +47,17 @@
 #include <unistd.h>
 
 // Op indices follow kOps.
-enum { kAllreduce, kReduceScatter, kAllgather, kBcast, kReduce, kAlltoall, kGather, kScatter, kNumOps };
+enum {
+  kAllreduce,
+  kReduceScatter,
+  kAllgather,
+  kBcast,
+  kReduce,
+  kAlltoall,
+  kGather,
+  kScatter,
+  kNumOps
+};
 enum { kMaxIters = 100000, kMinIters = 5 };
 static const char* const kOps[kNumOps] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
                                           "reduce",    "alltoall",       "gather",    "scatter"};
@@ -163,8 +174,8 @@ static void ParseOps(const char* list, Options* o) {
     const size_t len = comma ? (size_t)(comma - p) : strlen(p);
     const int i = OpIndex(p, len);
     if (i < 0)
-      Die("unknown --op (allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, gather, scatter, "
-          "all)");
+      Die("unknown --op (allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, "
+          "gather, scatter, all)");
     o->ops[i] = 1;
     p += len + (comma ? 1 : 0);
   }
@@ -282,16 +293,19 @@ static void ParseArgs(int argc, char** argv, Options* o) {
 }
 
 static int WholeBuffer(int op) {
-  return op == kReduceScatter || op == kAllgather || op == kAlltoall || op == kGather || op == kScatter;
+  return op == kReduceScatter || op == kAllgather || op == kAlltoall || op == kGather ||
+         op == kScatter;
 }
 
 // Elements of a rank's send and receive buffers for `count` per rank (the
 // root's, for gather and scatter; every rank has them).
 static size_t SendElems(int op, size_t count) {
-  return (op == kReduceScatter || op == kAlltoall || op == kScatter) ? count * (size_t)size_ : count;
+  const int per_rank = op == kReduceScatter || op == kAlltoall || op == kScatter;
+  return per_rank ? count * (size_t)size_ : count;
 }
 static size_t RecvElems(int op, size_t count) {
-  return (op == kAllgather || op == kAlltoall || op == kGather) ? count * (size_t)size_ : count;
+  const int per_rank = op == kAllgather || op == kAlltoall || op == kGather;
+  return per_rank ? count * (size_t)size_ : count;
 }
 
 static double BusFactor(int op) {
@@ -378,7 +392,8 @@ static int Check(const Buffers* b, int op, size_t count, const char* reduce_op) 
   Issue(b, op, count);
   // reduce and gather write only the root's output; broadcast's root sends
   // from `send`.
-  const int has_output = !((op == kReduce || op == kGather) && rank_ != b->root) && !(op == kBcast && rank_ == b->root);
+  const int root_only = op == kReduce || op == kGather;
+  const int has_output = !(root_only && rank_ != b->root) && !(op == kBcast && rank_ == b->root);
   const enum ReduceKind rop =
       strcmp(reduce_op, "sum") == 0 ? kSum : (strcmp(reduce_op, "max") == 0 ? kMax : kMin);
   int ok = 1;
@@ -500,8 +515,8 @@ static void WriteJson(const Options* o, const char* library, const Row* rows, si
   JsonString(f, library);
   fprintf(f, ",\n  \"ranks\": %d,\n  \"machine\": {\"hostname\": ", size_);
   JsonString(f, host);
-  fprintf(f, ", \"online_cpus\": %ld},\n  \"repeat\": 1,\n  \"results\": [",
-          sysconf(_SC_NPROCESSORS_ONLN));
+  fprintf(f, ", \"online_cpus\": %ld},\n  \"repeat\": 1,\n  \"root\": %d,\n  \"results\": [",
+          sysconf(_SC_NPROCESSORS_ONLN), o->root);
   for (size_t i = 0; i < nrows; ++i) {
     const Row* r = &rows[i];
     fprintf(f,

@@ -32,6 +32,9 @@ struct SweepOptions {
   bool all_reduce_ops = true;        // every applicable reduce op (else sum only)
   std::vector<ReduceOp> reduce_ops;  // if set: exactly these (where applicable)
   std::string algorithm;             // force an algorithm (CallOptions::algorithm)
+  // Root of broadcast, reduce, gather and scatter: a rank of the
+  // communicator, or -1 to take the ranks in turn from case to case.
+  int root = -1;
   bool shared_buffers = false;       // buffers from choir::SharedBuffer instead of the heap
   std::chrono::milliseconds timeout{0};  // per collective; 0 = communicator default
   bool stop_on_failure = false;
@@ -44,6 +47,7 @@ struct SweepCase {
   size_t count = 0;
   bool in_place = false;
   std::string algorithm;
+  int root = -1;          // the root of a broadcast, reduce, gather or scatter; -1 for the others
   bool ok = false;        // every rank's output matched the reference
   double seconds = 0;     // this rank's time for the collective
   std::string error;      // first problem seen on this rank ("" when ok)

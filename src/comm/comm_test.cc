@@ -69,6 +69,50 @@ TEST_P(SweepTest, EveryCollectiveMatchesReference) {
   ExpectAllOk(results);
 }
 
+// SweepOptions::root fixes the root of every rooted case (`choir perf
+// --check` checks with the root it measured); a root outside the
+// communicator is refused before any collective runs.
+TEST(SweepRootTest, FixedRootIsUsedAndCheckedAndOneOutsideIsRefused) {
+  auto results = RunRanks(3, [](Communicator& comm) -> Status {
+    SweepOptions so;
+    so.ops = {"broadcast", "reduce", "gather", "scatter", "allreduce"};
+    so.dtypes = {DataType::kFloat32};
+    so.counts = {1, 5, 70001};
+    so.all_reduce_ops = false;
+    so.root = 2;
+    auto cases = RunSweep(comm, so);
+    if (!cases.ok()) return cases.status();
+    if (cases->size() != 5 * 3 * 2) return Status(Code::kInternal, std::to_string(cases->size()) + " cases ran");
+    for (const SweepCase& c : *cases) {
+      const int want = c.op == "allreduce" ? -1 : 2;
+      if (c.root != want) return Status(Code::kInternal, c.op + " ran with root " + std::to_string(c.root));
+      if (!c.ok) return Status(Code::kInternal, c.op + " count " + std::to_string(c.count) + ": " + c.error);
+    }
+    for (int bad : {3, -2}) {
+      so.root = bad;
+      auto refused = RunSweep(comm, so);
+      if (refused.ok()) return Status(Code::kInternal, "root " + std::to_string(bad) + " was taken");
+      if (refused.status().code() != Code::kInvalidArgument ||
+          refused.status().message().find("SweepOptions::root " + std::to_string(bad) +
+                                          " is not a rank of this communicator: give 0 to 2") == std::string::npos) {
+        return Status(Code::kInternal, "root " + std::to_string(bad) + ": " + refused.status().ToString());
+      }
+    }
+    // Without a fixed root the ranks take turns.
+    so.root = -1;
+    so.counts = {1};
+    so.ops = {"gather"};
+    so.in_place = false;
+    auto turns = RunSweep(comm, so);
+    if (!turns.ok()) return turns.status();
+    if (turns->size() != 1 || (*turns)[0].root != 0 || !(*turns)[0].ok) {
+      return Status(Code::kInternal, "the first case of a sweep without a fixed root did not take root 0");
+    }
+    return Status::Ok();
+  });
+  ExpectAllOk(results);
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldsAndTransports, SweepTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 5),
                                             ::testing::Values(std::string("shm"), std::string("tcp"))),

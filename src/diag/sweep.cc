@@ -161,7 +161,7 @@ struct Runner {
 
   // Fills, runs and verifies; returns the collective's status and sets *error on a wrong value.
   Status Case(const std::string& op, DataType t, ReduceOp rop, size_t count, bool in_place,
-              int case_index, std::string* error, std::string* algorithm, double* seconds) {
+              int case_index, int root, std::string* error, std::string* algorithm, double* seconds) {
     const size_t es = DataTypeSize(t);
     Status alloc;
     auto bytes = [&](size_t elems) {
@@ -177,7 +177,6 @@ struct Runner {
         *error = fmt::format("element {}: got {} expected {}", i, got, want);
       }
     };
-    const int root = case_index % n;
     Work work;
     const int64_t start = NowNanos();
     auto finish = [&]() -> Status {
@@ -357,6 +356,11 @@ Result<std::vector<SweepCase>> RunSweep(Communicator& comm, const SweepOptions& 
       return InvalidArgument("unknown sweep op '" + op + "'");
     }
   }
+  if (options.root < -1 || options.root >= comm.size()) {
+    return InvalidArgument(fmt::format("SweepOptions::root {} is not a rank of this communicator: give 0 to {}, "
+                                       "or -1 to take the ranks in turn",
+                                       options.root, comm.size() - 1));
+  }
   std::vector<DataType> dtypes = options.dtypes;
   if (dtypes.empty()) dtypes.assign(std::begin(kAllTypes), std::end(kAllTypes));
   Runner runner{comm, CallOptions{options.timeout, options.algorithm}, comm.rank(), comm.size(), options.shared_buffers};
@@ -365,6 +369,7 @@ Result<std::vector<SweepCase>> RunSweep(Communicator& comm, const SweepOptions& 
   for (const std::string& op : ops) {
     const bool reduces = op == "allreduce" || op == "reduce_scatter" || op == "reduce";
     const bool has_in_place = op != "barrier" && op != "sendrecv";
+    const bool rooted = op == "broadcast" || op == "reduce" || op == "gather" || op == "scatter";
     for (DataType t : dtypes) {
       std::vector<ReduceOp> rops = reduces ? OpsFor(t, options.all_reduce_ops) : std::vector<ReduceOp>{ReduceOp::kSum};
       if (reduces && !options.reduce_ops.empty()) {
@@ -382,7 +387,10 @@ Result<std::vector<SweepCase>> RunSweep(Communicator& comm, const SweepOptions& 
             c.reduce_op = reduces ? ReduceOpName(rop) : "";
             c.count = count;
             c.in_place = placement == 1;
-            Status s = runner.Case(op, t, rop, count, c.in_place, case_index++, &c.error, &c.algorithm, &c.seconds);
+            const int root = options.root >= 0 ? options.root : case_index % comm.size();
+            if (rooted) c.root = root;
+            Status s =
+                runner.Case(op, t, rop, count, c.in_place, case_index++, root, &c.error, &c.algorithm, &c.seconds);
             if (!s.ok()) return s;
             // Agree across ranks: the case is ok only if it is ok everywhere.
             int32_t ok = c.error.empty() ? 1 : 0, all_ok = 0;

@@ -4,7 +4,7 @@
 //              [--dtype float32] [--reduce-op sum] [--min-bytes 8] [--max-bytes 256M]
 //              [--step-factor 2] [--iters N | --time-per-size S] [--warmup N] [--repeat R]
 //              [--check] [--algo NAME] [--transport T] [--buffers heap|shared]
-//              [--json FILE] [--baseline FILE]
+//              [--root R] [--json FILE] [--baseline FILE]
 //
 // Under `choir run` every rank runs it; with -n N and no launcher around, it
 // starts its own N local ranks (`choir run -n N choir perf ...`), so no MPI
@@ -265,7 +265,8 @@ class PerfCommand : public Subcommand {
                    "Seconds of timed iterations per size (default 0.2; at most 1000000 iterations)");
     app.add_option("--warmup", warmup_, "Untimed iterations per size (default 5)");
     app.add_option("--repeat", repeat_, "Measure each size this many times; report median and spread");
-    app.add_flag("--check", check_, "Verify every rank's whole output once per size");
+    app.add_flag("--check", check_,
+                 "Verify every rank's whole output once per size (rooted ops: with --root's root)");
     app.add_option("--algo", algo_, "Force an algorithm by name");
     app.add_option("--transport", transport_, "auto, tcp or shm (default: CHOIR_TRANSPORT)");
     app.add_option("--buffers", buffers_, "heap (default) or shared: buffers from choir::SharedBuffer");
@@ -328,10 +329,13 @@ class PerfCommand : public Subcommand {
       if (baseline_ && baseline_->buffers != buffers_) {
         fmt::print("# baseline {} used {} buffers, this run {}\n", baseline_->path, baseline_->buffers, buffers_);
       }
-      const bool rooted = std::any_of(ops_.begin(), ops_.end(), [](const std::string& op) {
-        return op == "broadcast" || op == "reduce" || op == "gather" || op == "scatter";
-      });
-      if (baseline_ && rooted && baseline_->root >= 0 && baseline_->root != root_) {
+      // Only when the baseline has rows of a rooted op this run measures.
+      auto rooted_row = [&](const BaselineRow& r) {
+        const bool measured = std::find(ops_.begin(), ops_.end(), r.op) != ops_.end();
+        return measured && (r.op == "broadcast" || r.op == "reduce" || r.op == "gather" || r.op == "scatter");
+      };
+      const bool rooted = baseline_ && std::any_of(baseline_->rows.begin(), baseline_->rows.end(), rooted_row);
+      if (rooted && baseline_->root >= 0 && baseline_->root != root_) {
         fmt::print("# baseline {} measured the rooted ops with root {}, this run with root {}\n", baseline_->path,
                    baseline_->root, root_);
       }
@@ -363,6 +367,7 @@ class PerfCommand : public Subcommand {
           so.shared_buffers = buffers_ == "shared";
           so.reduce_ops = {rop_value_};
           so.algorithm = algo_;
+          so.root = root_;  // the root measured
           auto cases = RunSweep(c, so);
           if (!cases.ok()) return ReportError(cases.status());
           bool ok = !cases->empty();
