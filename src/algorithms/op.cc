@@ -78,9 +78,7 @@ Signature Signature::Of(const OpArgs& args) {
   s.kind = args.kind;
   s.dtype = args.dtype;
   s.op = args.reduces() ? args.op : ReduceOp::kSum;
-  const bool rooted = args.kind == CollKind::kBroadcast || args.kind == CollKind::kReduce ||
-                      args.kind == CollKind::kGather || args.kind == CollKind::kScatter;
-  s.root = rooted ? args.root : 0;
+  s.root = IsRooted(args.kind) ? args.root : 0;
   switch (args.kind) {
     case CollKind::kAllgatherV:
       s.count = std::accumulate(args.recv_counts.begin(), args.recv_counts.end(), uint64_t{0});
@@ -115,8 +113,7 @@ std::string Signature::ToString() const {
   if (kind == CollKind::kAllreduce || kind == CollKind::kReduceScatter || kind == CollKind::kReduce) {
     out += fmt::format(", {}", ReduceOpName(op));
   }
-  if (kind == CollKind::kBroadcast || kind == CollKind::kReduce || kind == CollKind::kGather ||
-      kind == CollKind::kScatter) {
+  if (IsRooted(kind)) {
     out += fmt::format(", root {}", root);
   }
   return out + ")";

@@ -38,6 +38,12 @@ inline constexpr int kNumCollKinds = 15;
 const char* CollKindName(CollKind kind);  // "allreduce", "reduce_scatter", ...
 bool ParseCollKind(const std::string& name, CollKind* kind);
 
+// Whether `kind` has a root: broadcast, reduce, gather and scatter.
+constexpr bool IsRooted(CollKind kind) {
+  return kind == CollKind::kBroadcast || kind == CollKind::kReduce || kind == CollKind::kGather ||
+         kind == CollKind::kScatter;
+}
+
 struct OpArgs {
   CollKind kind = CollKind::kBarrier;
   const void* send = nullptr;

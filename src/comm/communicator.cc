@@ -45,9 +45,7 @@ Status CommImpl::Validate(const OpArgs& a) const {
                                                     static_cast<int>(a.dtype)));
   }
   if (a.reduces()) CHOIR_RETURN_IF_ERROR(CheckReduceSupported(a.dtype, a.op));
-  const bool rooted = a.kind == CollKind::kBroadcast || a.kind == CollKind::kReduce ||
-                      a.kind == CollKind::kGather || a.kind == CollKind::kScatter;
-  if (rooted && (a.root < 0 || a.root >= size_)) {
+  if (algorithms::IsRooted(a.kind) && (a.root < 0 || a.root >= size_)) {
     return Status(Code::kInvalidRank, fmt::format("root {} is outside [0, {})", a.root, size_));
   }
   if (a.kind == CollKind::kSend || a.kind == CollKind::kRecv) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 
+#include "algorithms/op.h"
 #include "base/clock.h"
 #include "choir/selftest.h"
 #include "kernels/reduce.h"
@@ -369,7 +370,8 @@ Result<std::vector<SweepCase>> RunSweep(Communicator& comm, const SweepOptions& 
   for (const std::string& op : ops) {
     const bool reduces = op == "allreduce" || op == "reduce_scatter" || op == "reduce";
     const bool has_in_place = op != "barrier" && op != "sendrecv";
-    const bool rooted = op == "broadcast" || op == "reduce" || op == "gather" || op == "scatter";
+    algorithms::CollKind kind{};
+    const bool rooted = algorithms::ParseCollKind(op, &kind) && algorithms::IsRooted(kind);
     for (DataType t : dtypes) {
       std::vector<ReduceOp> rops = reduces ? OpsFor(t, options.all_reduce_ops) : std::vector<ReduceOp>{ReduceOp::kSum};
       if (reduces && !options.reduce_ops.empty()) {

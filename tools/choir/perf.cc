@@ -331,8 +331,9 @@ class PerfCommand : public Subcommand {
       }
       // Only when the baseline has rows of a rooted op this run measures.
       auto rooted_row = [&](const BaselineRow& r) {
-        const bool measured = std::find(ops_.begin(), ops_.end(), r.op) != ops_.end();
-        return measured && (r.op == "broadcast" || r.op == "reduce" || r.op == "gather" || r.op == "scatter");
+        algorithms::CollKind kind{};
+        return std::find(ops_.begin(), ops_.end(), r.op) != ops_.end() && algorithms::ParseCollKind(r.op, &kind) &&
+               algorithms::IsRooted(kind);
       };
       const bool rooted = baseline_ && std::any_of(baseline_->rows.begin(), baseline_->rows.end(), rooted_row);
       if (rooted && baseline_->root >= 0 && baseline_->root != root_) {
