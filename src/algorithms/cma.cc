@@ -178,9 +178,7 @@ Status ReduceCmaWith(AreaOp& op, const uint8_t* send, uint8_t* recv, size_t coun
   Context& c = op.ctx();
   const size_t es = c.elem_size();
   const bool root = c.rank() == root_rank;
-  // The table as Context::View() reads it, without building the whole view.
-  const SwitchTable table = ParseSwitchTable(c.local_group()->tuning).value_or(SwitchTable::kIntel);
-  const double combine = CmaReduceCombineCost(table, op.ReduceShared(root_rank));
+  const double combine = CmaReduceCombineCost(c.HostSwitchTable(), op.ReduceShared(root_rank));
   const Blocks slices = ReduceSlices(count, c.size(), root_rank, combine);
   const auto& mine = slices[static_cast<size_t>(op.me())];
   auto average = [&](uint64_t, uint8_t* chunk, size_t elems) { FinishAverage(c, chunk, elems); };

@@ -54,11 +54,15 @@ GroupView Context::View() const {
   v.slot_bytes = v.same_host ? local_group()->mine().slot_bytes() : 0;
   v.pipe_bytes = v.same_host ? local_group()->mine().pipe_bytes() : 0;
   v.pipe_cache_bytes = v.same_host ? local_group()->pipe_cache_bytes : 0;
-  if (v.same_host) v.switch_table = ParseSwitchTable(local_group()->tuning).value_or(SwitchTable::kIntel);
+  if (v.same_host) v.switch_table = HostSwitchTable();
   v.layout = covers_whole_comm() ? layout_ : nullptr;
   v.intra_host = intra_host_;
   v.inter_host = inter_host_;
   return v;
+}
+
+SwitchTable Context::HostSwitchTable() const {
+  return ParseSwitchTable(local_group()->tuning).value_or(SwitchTable::kIntel);
 }
 
 Context Context::WithOp(ReduceOp op) const {

@@ -76,6 +76,9 @@ class Context {
   }
   // What selection needs to know about this group.
   GroupView View() const;
+  // The same-host switch-point table of this host's ranks (the one View()
+  // gives), without building the whole view. Only for a group on one host.
+  SwitchTable HostSwitchTable() const;
   // Selection settings, for algorithms that choose their own sub-steps.
   const SelectConfig* select_config() const { return select_; }
   void set_select_config(const SelectConfig* config) { select_ = config; }
