@@ -1,7 +1,8 @@
 // Microbenchmarks for the reduction kernels: dst = a + b for float32, bfloat16
 // and float16 at 64 KiB (L2-resident), 1 MiB (L2/LLC) and 64 MiB (DRAM) per
-// buffer, for every ISA this CPU has, with and without streaming stores; plus
-// CopyBytes for reference.
+// buffer, for every ISA this CPU has, with and without streaming stores; the
+// float32 sum again with every buffer 16 bytes past a cache line (`/line+16`,
+// where a plain malloc's blocks start); plus CopyBytes for reference.
 //
 // bytes_per_second counts the useful memory traffic: both inputs read and the
 // output written (3 x buffer size per iteration; 2 x for copies). Without
@@ -50,19 +51,20 @@ AlignedBuffer MakeBuffer(size_t bytes, DataType type, uint64_t seed) {
   return buffer;
 }
 
+// `offset`: bytes past the 64-byte boundary every buffer starts at.
 void BenchSum(benchmark::State& state, const char* isa, DataType type, size_t bytes,
-              bool nontemporal) {
+              bool nontemporal, size_t offset) {
   if (!ForceIsa(isa)) {
     state.SkipWithError("ISA not available");
     return;
   }
-  AlignedBuffer a = MakeBuffer(bytes, type, 1);
-  AlignedBuffer b = MakeBuffer(bytes, type, 2);
-  AlignedBuffer dst = MakeBuffer(bytes, type, 3);
-  const void* srcs[2] = {a.get(), b.get()};
+  AlignedBuffer a = MakeBuffer(bytes + offset, type, 1);
+  AlignedBuffer b = MakeBuffer(bytes + offset, type, 2);
+  AlignedBuffer dst = MakeBuffer(bytes + offset, type, 3);
+  const void* srcs[2] = {a.get() + offset, b.get() + offset};
   const size_t count = bytes / DataTypeSize(type);
   for (auto _ : state) {
-    ReduceMany(dst.get(), srcs, 2, count, type, ReduceOp::kSum, nontemporal);
+    ReduceMany(dst.get() + offset, srcs, 2, count, type, ReduceOp::kSum, nontemporal);
     benchmark::DoNotOptimize(dst.get());
     benchmark::ClobberMemory();
   }
@@ -102,10 +104,19 @@ void RegisterAll() {
         for (bool nt : {false, true}) {
           const std::string name = std::string("sum/") + DataTypeName(type) + "/" +
                                    SizeName(bytes) + "/" + isa + (nt ? "/nt" : "/cached");
-          benchmark::RegisterBenchmark(name.c_str(), BenchSum, isa, type, bytes, nt)
+          benchmark::RegisterBenchmark(name.c_str(), BenchSum, isa, type, bytes, nt, size_t{0})
               ->UseRealTime()
               ->Unit(benchmark::kMicrosecond);
         }
+      }
+    }
+    for (size_t bytes : sizes) {
+      for (bool nt : {false, true}) {
+        const std::string name = std::string("sum/float32/") + SizeName(bytes) + "/" + isa +
+                                 (nt ? "/nt" : "/cached") + "/line+16";
+        benchmark::RegisterBenchmark(name.c_str(), BenchSum, isa, DataType::kFloat32, bytes, nt, size_t{16})
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
       }
     }
     for (size_t bytes : sizes) {

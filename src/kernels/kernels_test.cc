@@ -562,10 +562,10 @@ TEST_F(KernelsTest, MinMaxPropagateNaNFromEitherSide) {
 // DivideByCount.
 
 template <class R>
-void RunDivide(DataType type, size_t count, int n, std::mt19937_64& rng) {
+void RunDivide(DataType type, size_t count, int n, size_t offset, std::mt19937_64& rng) {
   using T = typename R::T;
-  SCOPED_TRACE("count " + std::to_string(count) + ", n " + std::to_string(n));
-  Buffer buf(sizeof(T), count, 1, true);
+  SCOPED_TRACE("count " + std::to_string(count) + ", n " + std::to_string(n) + ", offset " + std::to_string(offset));
+  Buffer buf(sizeof(T), count, offset, true);
   T* p = static_cast<T*>(buf.data());
   std::vector<T> input(count);
   for (size_t i = 0; i < count; ++i) input[i] = p[i] = R::Random(rng);
@@ -589,8 +589,12 @@ TEST_F(KernelsTest, DivideByCountEveryType) {
       SCOPED_TRACE(DataTypeName(type));
       for (int n : {1, 2, 3, 7, 8, 200}) {
         for (size_t count : {0, 1, 17, 33, 1000}) {
-          VisitRef(type, [&](auto ref) { RunDivide<decltype(ref)>(type, count, n, rng); });
-          if (HasFatalFailure()) return;
+          // Offset 0 starts on a 64-byte boundary; the others take a head
+          // before the first whole vector.
+          for (size_t offset : {0, 1, 5}) {
+            VisitRef(type, [&](auto ref) { RunDivide<decltype(ref)>(type, count, n, offset, rng); });
+            if (HasFatalFailure()) return;
+          }
         }
       }
     }
