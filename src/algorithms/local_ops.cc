@@ -553,7 +553,10 @@ Status CopyFromPeer(AreaOp& op, int p, uint8_t* dst, uint64_t remote, size_t byt
     return Status::Ok();
   }
   if (bytes < kDirectCopyMaxBytes) return ReadRemote(op.pid(p), c.CommRank(p), dst, remote, bytes);
-  CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(kCmaChunkBytes));
+  CHOIR_ASSIGN_OR_RETURN(uint8_t* scratch, c.ScratchBytes(kCmaChunkBytes + 64));
+  // At the source's offset within a line (pieces start a whole number of
+  // lines apart, kCmaChunkBytes being one), as in ReduceFromPeers.
+  uint8_t* tmp = scratch + (remote & 63);
   for (size_t done = 0; done < bytes; done += kCmaChunkBytes) {
     const size_t m = std::min(kCmaChunkBytes, bytes - done);
     CHOIR_RETURN_IF_ERROR(ReadRemote(op.pid(p), c.CommRank(p), tmp, remote + done, m));
@@ -582,8 +585,9 @@ Status ReduceFromPeers(AreaOp& op, const uint8_t* own,
   // n chunks: the peers' inputs, plus (pushing and streaming) the combined
   // chunk, kept in the cache for the pushes while `dst` gets streaming stores.
   const size_t chunks = static_cast<size_t>(n) + (push && streaming ? 1 : 0);
-  CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(chunks * chunk * es));
-  uint8_t* combined = tmp + static_cast<size_t>(n) * chunk * es;
+  const size_t stride = chunk * es + 64;
+  CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(chunks * stride));
+  uint8_t* combined = tmp + static_cast<size_t>(n) * stride + (reinterpret_cast<uintptr_t>(dst) & 63);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   uint64_t k = 0;
   for (size_t done = 0; done < elems; done += chunk, ++k) {
@@ -601,7 +605,7 @@ Status ReduceFromPeers(AreaOp& op, const uint8_t* own,
         srcs[static_cast<size_t>(p)] = mapped;
         continue;
       }
-      uint8_t* buf = tmp + static_cast<size_t>(p) * chunk * es;
+      uint8_t* buf = tmp + static_cast<size_t>(p) * stride + (remote & 63);
       CHOIR_RETURN_IF_ERROR(ReadRemote(op.pid(p), c.CommRank(p), buf, remote, m * es));
       srcs[static_cast<size_t>(p)] = buf;
     }
