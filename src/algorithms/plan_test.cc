@@ -144,12 +144,13 @@ TEST(SwitchPointsTest, IntelPipeTakesOverFromCmaPerCollective) {
     SCOPED_TRACE(shared ? "ranks share cores" : "a core per rank");
     const uint64_t allreduce = shared ? 1 * kMiB : 16 * kMiB;
     const uint64_t allgather = shared ? 4 * kMiB : 64 * kMiB;
+    const uint64_t reduce_scatter = shared ? 4 * kMiB : 32 * kMiB;
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, allreduce - 64), "cma");
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllreduce, allreduce), "shm_pipe");
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, allgather - 128), "cma");
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, allgather), "shm_pipe");
-    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, 4 * kMiB - 128), "cma");
-    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, 4 * kMiB), "shm_pipe");
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, reduce_scatter - 128), "cma");
+    EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, reduce_scatter), "shm_pipe");
     EXPECT_EQ(Choice(g, algorithms::CollKind::kReduceScatter, 256 * kMiB), "shm_pipe");
     EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 256 * kMiB), "cma");
   }

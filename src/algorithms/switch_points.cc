@@ -64,11 +64,19 @@ size_t IntelFlatLimitWithCma(CollKind kind, bool shares_cpus) {
 // pipe against cma) the pipe won from 4 MiB: 2 ranks 4.53 against 3.44 GB/s
 // at 4 MiB, 3.43 against 2.88 at 64 MiB, 3.46 against 2.97 at 256 MiB
 // (1 MiB level, 3.78 against 3.65); 4 ranks 2.46 against 2.00 at 4 MiB and
-// 2.47 against 1.62 at 16 MiB.
+// 2.47 against 1.62 at 16 MiB. Those runs timed buffers 16 bytes past a
+// cache line, where cma's combining stored across lines; since its stores
+// start on a line and its scratch copies sit at the peer's offset within
+// one (kernels' ReduceLoop, ReduceFromPeers), cma wins again with 2 ranks
+// up to 16 MiB: 5.03-5.09 against 4.55 GB/s at 8-16 MiB with
+// page-aligned buffers, 4.98-5.22 against 4.30-4.47 with buffers 16 bytes
+// into a line; the pipe from 32 MiB (3.71 against 2.96). With 4 ranks the
+// pipe still wins from 4 MiB (2.19 against 2.03, 16 MiB 1.82 against
+// 1.57): docs/performance-log.md, "Buffers 16 bytes into a line".
 uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
   if (kind == CollKind::kAllreduce) return shares_cpus ? 1 * kMiB : 16 * kMiB;
   if (kind == CollKind::kAllgather) return shares_cpus ? 4 * kMiB : 64 * kMiB;
-  if (kind == CollKind::kReduceScatter) return 4 * kMiB;
+  if (kind == CollKind::kReduceScatter) return shares_cpus ? 4 * kMiB : 32 * kMiB;
   return UINT64_MAX;
 }
 
