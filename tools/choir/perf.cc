@@ -40,9 +40,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -102,8 +104,11 @@ constexpr int kMaxRepeat = 1000;
 constexpr double kMaxTimePerSize = 3600;
 
 // A benchmark buffer that only grows: heap memory or a SharedBuffer, zeroed.
+// Heap buffers start on a page, as coll_bench's (benchmarks/mpi) do, so
+// that choir and the MPIs copy between the same alignments.
 class BenchBuffer {
  public:
+  static constexpr size_t kHeapAlign = 4096;
   Status Reserve(size_t bytes, bool shared) {
     if (bytes <= size_) return Status::Ok();
     if (shared) {
@@ -112,13 +117,14 @@ class BenchBuffer {
       shared_ = std::move(*b);
       data_ = shared_.as<uint8_t>();
     } else {
-      try {
-        std::vector<uint8_t>().swap(heap_);  // the old buffer goes first: no moment with both
-        heap_.assign(bytes, 0);
-      } catch (const std::exception&) {  // bad_alloc, or length_error beyond max_size()
+      heap_.reset();  // the old buffer goes first: no moment with both
+      void* p = nullptr;
+      if (posix_memalign(&p, kHeapAlign, bytes) != 0) {
         return Status(Code::kOutOfMemory, "allocating " + strings::FormatBytes(bytes) + " of heap buffer failed");
       }
-      data_ = heap_.data();
+      heap_.reset(static_cast<uint8_t*>(p));
+      std::memset(p, 0, bytes);
+      data_ = heap_.get();
     }
     size_ = bytes;
     return Status::Ok();
@@ -126,7 +132,10 @@ class BenchBuffer {
   uint8_t* data() const { return data_; }
 
  private:
-  std::vector<uint8_t> heap_;
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> heap_;
   SharedBuffer shared_;
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
