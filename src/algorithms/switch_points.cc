@@ -69,7 +69,7 @@ size_t IntelFlatLimitWithCma(CollKind kind, bool shares_cpus) {
 // start on a line and its scratch copies sit at the peer's offset within
 // one (kernels' ReduceLoop, ReduceFromPeers), cma wins again with 2 ranks
 // up to 16 MiB: 5.03-5.09 against 4.55 GB/s at 8-16 MiB with
-// page-aligned buffers, 4.98-5.22 against 4.30-4.47 with buffers 16 bytes
+// page-aligned buffers, 4.98-5.22 against 4.30-4.33 with buffers 16 bytes
 // into a line; the pipe from 32 MiB (3.71 against 2.96). With 4 ranks the
 // pipe still wins from 4 MiB (2.19 against 2.03, 16 MiB 1.82 against
 // 1.57): docs/performance-log.md, "Buffers 16 bytes into a line".
