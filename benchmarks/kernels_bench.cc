@@ -2,7 +2,7 @@
 // and float16 at 64 KiB (L2-resident), 1 MiB (L2/LLC) and 64 MiB (DRAM) per
 // buffer, for every ISA this CPU has, with and without streaming stores; the
 // float32 sum again with every buffer 16 bytes past a cache line (`/line+16`,
-// where a plain malloc's blocks start); plus CopyBytes for reference.
+// where a plain malloc's large blocks start); plus CopyBytes for reference.
 //
 // bytes_per_second counts the useful memory traffic: both inputs read and the
 // output written (3 x buffer size per iteration; 2 x for copies). Without

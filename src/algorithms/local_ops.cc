@@ -587,7 +587,8 @@ Status ReduceFromPeers(AreaOp& op, const uint8_t* own,
   const size_t chunks = static_cast<size_t>(n) + (push && streaming ? 1 : 0);
   const size_t stride = chunk * es + 64;
   CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(chunks * stride));
-  uint8_t* combined = tmp + static_cast<size_t>(n) * stride + (reinterpret_cast<uintptr_t>(dst) & 63);
+  uint8_t* combined =
+      push && streaming ? tmp + static_cast<size_t>(n) * stride + (reinterpret_cast<uintptr_t>(dst) & 63) : nullptr;
   std::vector<const void*> srcs(static_cast<size_t>(n));
   uint64_t k = 0;
   for (size_t done = 0; done < elems; done += chunk, ++k) {

@@ -134,9 +134,9 @@ constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * kKiB;
 
 // The Intel table: shm_pipe takes over from cma later when every rank has a
-// core (16 MiB allreduce, 64 MiB allgather), earlier when the ranks share
-// cores (1 and 4 MiB); reduce_scatter from 4 MiB either way; alltoall stays
-// with cma; without single copy the pipe runs everything past the slots.
+// core (16 MiB allreduce, 64 MiB allgather, 32 MiB reduce_scatter), earlier
+// when the ranks share cores (1, 4 and 4 MiB); alltoall stays with cma;
+// without single copy the pipe runs everything past the slots.
 TEST(SwitchPointsTest, IntelPipeTakesOverFromCmaPerCollective) {
   algorithms::GroupView g = TwoRanksOneHost();
   for (const bool shared : {false, true}) {

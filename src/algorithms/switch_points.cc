@@ -70,9 +70,12 @@ size_t IntelFlatLimitWithCma(CollKind kind, bool shares_cpus) {
 // one (kernels' ReduceLoop, ReduceFromPeers), cma wins again with 2 ranks
 // up to 16 MiB: 5.03-5.09 against 4.55 GB/s at 8-16 MiB with
 // page-aligned buffers, 4.98-5.22 against 4.30-4.33 with buffers 16 bytes
-// into a line; the pipe from 32 MiB (3.71 against 2.96). With 4 ranks the
-// pipe still wins from 4 MiB (2.19 against 2.03, 16 MiB 1.82 against
-// 1.57): docs/performance-log.md, "Buffers 16 bytes into a line".
+// into a line; the pipe from 32 MiB (3.71 against 2.96; nothing was
+// measured between 16 and 32 MiB). With 4 ranks on the 2 CPUs (sharing
+// them) the pipe still wins from 4 MiB (2.19 against 2.03, 16 MiB 1.82
+// against 1.57); more ranks with a core each, on a larger Intel host, were
+// not measured and take the 2-rank limit: docs/performance-log.md,
+// "Buffers 16 bytes into a line".
 uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
   if (kind == CollKind::kAllreduce) return shares_cpus ? 1 * kMiB : 16 * kMiB;
   if (kind == CollKind::kAllgather) return shares_cpus ? 4 * kMiB : 64 * kMiB;

@@ -816,6 +816,32 @@ size_t Occurrences(const std::string& text, const std::string& needle) {
   return n;
 }
 
+// --buffer-offset starts the heap buffers that many bytes past a page (a
+// plain malloc's large blocks start 16 bytes past one): every collective
+// still checks out at sizes that take the slots, cma and the pipe; the
+// header and --json say so, and a baseline with another offset gets a note.
+TEST(PerfTest, OffsetsTheHeapBuffersAndNotesABaselineWithAnother) {
+  const testing::TempDir dir("choir-perf-offset");
+  const std::string path = dir.path() + "/offset16.json";
+  Outcome r = RunChoir({"perf", "-n", "2", "--op", "all", "--buffer-offset", "16", "--min-bytes", "8", "--max-bytes",
+                        "32M", "--step-factor", "8", "--iters", "3", "--warmup", "1", "--check", "--json", path},
+                       {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("heap buffers 16 bytes past a page,"), std::string::npos) << r.out;
+  // Eight collectives at eight sizes, 8 B to 16 MiB in steps of 8: every
+  // row checked.
+  EXPECT_EQ(Occurrences(r.out, "check=ok"), 64u) << r.out;
+  EXPECT_EQ(r.out.find("check=FAIL"), std::string::npos) << r.out;
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"buffer_offset\": 16,"), std::string::npos) << text.substr(0, 3000);
+  r = RunChoir({"perf", "-n", "2", "--op", "allreduce", "--max-bytes", "64", "--iters", "5", "--baseline", path}, {},
+               60);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("started its heap buffers 16 bytes past a page, this run 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("heap buffers, "), std::string::npos) << r.out;
+}
+
 // Every flag is checked before a rank starts: one numbered error naming the
 // flag, exit code 2, and no rank output (rank lines carry a "[N]" tag).
 TEST(PerfTest, RefusesBadFlagsOnceBeforeAnyRankStarts) {
@@ -839,6 +865,10 @@ TEST(PerfTest, RefusesBadFlagsOnceBeforeAnyRankStarts) {
       {{"--repeat", "0"}, "--repeat must be 1 to 1000, got 0"},
       {{"--root", "2"}, "--root must be a rank from 0 to 1, got 2"},
       {{"--buffers", "huge"}, "--buffers must be heap or shared, got 'huge'"},
+      {{"--buffer-offset", "4096"}, "--buffer-offset must be 0 to 4095 bytes, got 4096"},
+      {{"--buffer-offset", "-1"}, "--buffer-offset must be 0 to 4095 bytes, got -1"},
+      {{"--buffers", "shared", "--buffer-offset", "16"},
+       "--buffer-offset places heap buffers; SharedBuffers (--buffers shared) start on a page"},
       {{"--dtype", "float64", "--min-bytes", "1", "--max-bytes", "4"},
        "no size up to --max-bytes 4 holds one float64 element per rank for allreduce with 2 ranks; raise "
        "--max-bytes to at least 8"},

@@ -4,7 +4,7 @@
 //              [--dtype float32] [--reduce-op sum] [--min-bytes 8] [--max-bytes 256M]
 //              [--step-factor 2] [--iters N | --time-per-size S] [--warmup N] [--repeat R]
 //              [--check] [--algo NAME] [--transport T] [--buffers heap|shared]
-//              [--root R] [--json FILE] [--baseline FILE]
+//              [--buffer-offset B] [--root R] [--json FILE] [--baseline FILE]
 //
 // Under `choir run` every rank runs it; with -n N and no launcher around, it
 // starts its own N local ranks (`choir run -n N choir perf ...`), so no MPI
@@ -18,7 +18,10 @@
 //
 // --buffers shared takes the send and receive buffers from choir::SharedBuffer
 // (memory the ranks of a host read from each other directly); the default is
-// ordinary heap memory, like the MPI benchmarks use.
+// ordinary heap memory, like the MPI benchmarks use, starting on a page as
+// theirs do. --buffer-offset B starts the heap buffers B bytes past the page
+// instead (16: where a plain malloc's large blocks start), to time the
+// buffers an application may really pass.
 //
 // --repeat R measures every size R times and reports the median with its
 // spread; --baseline FILE compares with an earlier --json run and calls a
@@ -41,7 +44,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -104,12 +106,13 @@ constexpr int kMaxRepeat = 1000;
 constexpr double kMaxTimePerSize = 3600;
 
 // A benchmark buffer that only grows: heap memory or a SharedBuffer, zeroed.
-// Heap buffers start on a page, as coll_bench's (benchmarks/mpi) do, so
-// that choir and the MPIs copy between the same alignments.
+// Heap buffers start `offset` bytes past a page: by default on it, as
+// coll_bench's (benchmarks/mpi) do, so that choir and the MPIs copy between
+// the same alignments.
 class BenchBuffer {
  public:
-  static constexpr size_t kHeapAlign = 4096;
-  Status Reserve(size_t bytes, bool shared) {
+  static constexpr size_t kPage = 4096;
+  Status Reserve(size_t bytes, bool shared, size_t offset = 0) {
     if (bytes <= size_) return Status::Ok();
     if (shared) {
       auto b = SharedBuffer::Allocate(bytes);
@@ -118,13 +121,15 @@ class BenchBuffer {
       data_ = shared_.as<uint8_t>();
     } else {
       heap_.reset();  // the old buffer goes first: no moment with both
+      data_ = nullptr;
+      size_ = 0;
       void* p = nullptr;
-      if (posix_memalign(&p, kHeapAlign, bytes) != 0) {
+      if (posix_memalign(&p, kPage, offset + bytes) != 0) {
         return Status(Code::kOutOfMemory, "allocating " + strings::FormatBytes(bytes) + " of heap buffer failed");
       }
       heap_.reset(static_cast<uint8_t*>(p));
-      std::memset(p, 0, bytes);
-      data_ = heap_.get();
+      std::memset(p, 0, offset + bytes);
+      data_ = heap_.get() + offset;
     }
     size_ = bytes;
     return Status::Ok();
@@ -279,6 +284,8 @@ class PerfCommand : public Subcommand {
     app.add_option("--algo", algo_, "Force an algorithm by name");
     app.add_option("--transport", transport_, "auto, tcp or shm (default: CHOIR_TRANSPORT)");
     app.add_option("--buffers", buffers_, "heap (default) or shared: buffers from choir::SharedBuffer");
+    app.add_option("--buffer-offset", buffer_offset_,
+                   "Heap buffers start this many bytes past a page (default 0; 16: where malloc's large blocks start)");
     app.add_option("--json", json_path_, "Write every figure, the machine and the settings to FILE");
     app.add_option("--baseline", baseline_path_, "Compare with an earlier --json FILE");
     app.add_option("--root", root_, "Root rank for broadcast, reduce, gather and scatter (default 0)");
@@ -331,12 +338,17 @@ class PerfCommand : public Subcommand {
     }
     const size_t es = DataTypeSize(dtype_value_);
     if (c.rank() == 0) {
-      fmt::print("# choir perf: {} ranks, {} {}, {} sizes from {} to {}, {} buffers, {} switch points, {}\n", c.size(),
-                 DataTypeName(dtype_value_), ReduceOpName(rop_value_), sizes_.size(),
-                 strings::FormatBytes(sizes_.front()), strings::FormatBytes(sizes_.back()), buffers_, SwitchPoints(),
+      fmt::print("# choir perf: {} ranks, {} {}, {} sizes from {} to {}, {} buffers{}, {} switch points, {}\n",
+                 c.size(), DataTypeName(dtype_value_), ReduceOpName(rop_value_), sizes_.size(),
+                 strings::FormatBytes(sizes_.front()), strings::FormatBytes(sizes_.back()), buffers_,
+                 buffer_offset_ > 0 ? fmt::format(" {} bytes past a page", buffer_offset_) : "", SwitchPoints(),
                  BuildString());
       if (baseline_ && baseline_->buffers != buffers_) {
         fmt::print("# baseline {} used {} buffers, this run {}\n", baseline_->path, baseline_->buffers, buffers_);
+      }
+      if (baseline_ && baseline_->buffer_offset != buffer_offset_) {
+        fmt::print("# baseline {} started its heap buffers {} bytes past a page, this run {}\n", baseline_->path,
+                   baseline_->buffer_offset, buffer_offset_);
       }
       // Only when the baseline has rows of a rooted op this run measures.
       auto rooted_row = [&](const BaselineRow& r) {
@@ -531,6 +543,13 @@ class PerfCommand : public Subcommand {
     if (buffers_ != "heap" && buffers_ != "shared") {
       return usage("--buffers must be heap or shared, got '" + buffers_ + "'");
     }
+    if (buffer_offset_ < 0 || buffer_offset_ >= static_cast<int64_t>(BenchBuffer::kPage)) {
+      return usage(fmt::format("--buffer-offset must be 0 to {} bytes, got {}", BenchBuffer::kPage - 1,
+                               Given("--buffer-offset")));
+    }
+    if (buffer_offset_ > 0 && buffers_ != "heap") {
+      return usage("--buffer-offset places heap buffers; SharedBuffers (--buffers shared) start on a page");
+    }
     if (root_ < 0 || (world > 0 && root_ >= world)) {
       return usage(world > 0 ? fmt::format("--root must be a rank from 0 to {}, got {}", world - 1, root_)
                              : fmt::format("--root must be a rank (0 or more), got {}", root_));
@@ -609,8 +628,10 @@ class PerfCommand : public Subcommand {
   Status Measure(Communicator& c, const std::string& op, DataType t, ReduceOp rop, size_t count, Sample* s) {
     const size_t es = DataTypeSize(t);
     const size_t n = static_cast<size_t>(c.size());
-    Status got = send_.Reserve(SendElems(op, count, c.size()) * es, buffers_ == "shared");
-    if (got.ok()) got = recv_.Reserve(RecvElems(op, count, c.size()) * es, buffers_ == "shared");
+    const bool shared = buffers_ == "shared";
+    const auto offset = static_cast<size_t>(buffer_offset_);
+    Status got = send_.Reserve(SendElems(op, count, c.size()) * es, shared, offset);
+    if (got.ok()) got = recv_.Reserve(RecvElems(op, count, c.size()) * es, shared, offset);
     // Every rank learns whether every rank has its buffers before any times a
     // collective (one rank failing alone would leave the others waiting).
     int64_t all_got = got.ok() ? 1 : 0;
@@ -700,7 +721,8 @@ class PerfCommand : public Subcommand {
     }
     const json doc = {{"tool", "choir perf"}, {"ranks", c.size()}, {"machine", MachineDescription(c)},
                       {"settings", SettingsInEffect()}, {"repeat", repeat_},
-                      {"buffers", buffers_}, {"root", root_}, {"results", results}};
+                      {"buffers", buffers_}, {"buffer_offset", buffer_offset_}, {"root", root_},
+                      {"results", results}};
     // Text that is not UTF-8 (a hostname, a setting) is replaced, not thrown on.
     const std::string text = JsonDump(doc, 2) + "\n";
     return files::ReplaceFile(json_path_, text);
@@ -719,6 +741,7 @@ class PerfCommand : public Subcommand {
   std::string algo_, transport_, json_path_, baseline_path_;
   int root_ = 0;
   std::string buffers_ = "heap";
+  int64_t buffer_offset_ = 0;
   // What CheckFlags made of the flags.
   DataType dtype_value_ = DataType::kFloat32;
   ReduceOp rop_value_ = ReduceOp::kSum;

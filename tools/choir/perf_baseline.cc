@@ -80,6 +80,9 @@ Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::str
   }
   b.ranks = static_cast<int>(doc["ranks"].get<int64_t>());
   b.buffers = doc.contains("buffers") && doc["buffers"].is_string() ? doc["buffers"].get<std::string>() : "heap";
+  b.buffer_offset = doc.contains("buffer_offset") && doc["buffer_offset"].is_number_integer()
+                        ? doc["buffer_offset"].get<int64_t>()
+                        : 0;
   // Files from before the root was recorded have none.
   if (doc.contains("root") && doc["root"].is_number_integer() && doc["root"].get<int64_t>() >= 0 &&
       doc["root"].get<int64_t>() < b.ranks) {

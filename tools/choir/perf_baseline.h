@@ -30,6 +30,7 @@ struct Baseline {
   std::string path;
   int ranks = 0;
   std::string buffers;  // "heap" or "shared"
+  int64_t buffer_offset = 0;  // heap buffers' bytes past a page (--buffer-offset; read as 0 when absent)
   int root = -1;        // root of broadcast, reduce, gather and scatter; -1 when the file does not say
   std::vector<BaselineRow> rows;
 
