@@ -925,6 +925,8 @@ TEST(PerfTest, RefusesABaselineOfAnotherShape) {
        "\"busbw_spread\": -1}]}",
        "results[0].busbw_spread"},
       {"{\"ranks\": 1, \"results\": []}", "measured with 1 ranks, this run has 2"},
+      {"{\"ranks\": 2, \"repeat\": 0, \"results\": []}", "\"repeat\" is not a whole number from 1"},
+      {"{\"ranks\": 2, \"repeat\": \"3\", \"results\": []}", "\"repeat\" is not a whole number from 1"},
       {"{\"ranks\": 2, \"results\": [{\"op\": \"allreduce\", \"bytes\": 8, \"busbw_median\": 1, "
        "\"dtype\": \"int8\"}]}",
        "measured int8, this run measures float32"},
@@ -939,6 +941,46 @@ TEST(PerfTest, RefusesABaselineOfAnotherShape) {
     EXPECT_EQ(r.exit_code, 2) << cases[i].first << "\n" << r.out << r.err;
     EXPECT_NE(r.err.find("E602 UsageError: --baseline " + path + ": " + cases[i].second), std::string::npos)
         << "want: " << cases[i].second << "\n" << r.err;
+  }
+}
+
+// A change against a --baseline is judged (FASTER, SLOWER, within noise) only
+// when both runs measured every size at least three times (--repeat): with
+// fewer there is no spread to judge by, and the header says how to get one.
+TEST(PerfTest, JudgesAChangeOnlyWhenBothRunsRepeatedThreeTimes) {
+  const testing::TempDir dir("choir-perf-verdict");
+  // A baseline far slower than any run: a change beyond any spread.
+  auto write = [&](const std::string& name, int repeat) {
+    const std::string path = dir.path() + "/" + name;
+    std::ofstream(path) << "{\"ranks\": 2, \"repeat\": " << repeat
+                        << ", \"results\": [{\"op\": \"allreduce\", \"bytes\": 64, \"busbw_median\": 1e-9, "
+                           "\"busbw_spread\": 0.01}]}";
+    return path;
+  };
+  const std::string once = write("once.json", 1), thrice = write("thrice.json", 3);
+  const std::string note = "changes are shown but not judged; run both with --repeat 3 or more";
+  struct Case {
+    std::string baseline;
+    std::string repeat;
+    bool judged;
+  };
+  for (const Case& k : {Case{once, "1", false}, Case{once, "3", false}, Case{thrice, "1", false},
+                        Case{thrice, "3", true}}) {
+    const Outcome r = RunChoir({"perf", "-n", "2", "--min-bytes", "64", "--max-bytes", "64", "--iters", "5",
+                                "--repeat", k.repeat, "--baseline", k.baseline},
+                               {}, 60);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const std::string what = k.baseline + " --repeat " + k.repeat + "\n" + r.out;
+    EXPECT_NE(r.out.find("vs baseline 0.000: +"), std::string::npos) << what;
+    if (k.judged) {
+      EXPECT_NE(r.out.find("(FASTER; noise "), std::string::npos) << what;
+      EXPECT_EQ(r.out.find(note), std::string::npos) << what;
+      EXPECT_EQ(r.out.find("noise not measured"), std::string::npos) << what;
+    } else {
+      EXPECT_NE(r.out.find("% (noise not measured)"), std::string::npos) << what;
+      EXPECT_NE(r.out.find(note), std::string::npos) << what;
+      EXPECT_EQ(r.out.find("FASTER"), std::string::npos) << what;
+    }
   }
 }
 

@@ -25,7 +25,8 @@
 //
 // --repeat R measures every size R times and reports the median with its
 // spread; --baseline FILE compares with an earlier --json run and calls a
-// change real only when it exceeds the spread of both runs.
+// change real only when it exceeds the spread of both runs, and judges none
+// unless both measured every size at least kMinRepeatsForVerdict (3) times.
 //
 // Every flag is checked before a rank starts (CheckFlags): a mistake gets one
 // numbered error, not one per rank, and nothing is measured for nothing. That
@@ -287,7 +288,8 @@ class PerfCommand : public Subcommand {
     app.add_option("--buffer-offset", buffer_offset_,
                    "Heap buffers start this many bytes past a page (default 0; 16: where malloc's large blocks start)");
     app.add_option("--json", json_path_, "Write every figure, the machine and the settings to FILE");
-    app.add_option("--baseline", baseline_path_, "Compare with an earlier --json FILE");
+    app.add_option("--baseline", baseline_path_,
+                   "Compare with an earlier --json FILE (changes are judged when both runs used --repeat 3 or more)");
     app.add_option("--root", root_, "Root rank for broadcast, reduce, gather and scatter (default 0)");
   }
 
@@ -349,6 +351,12 @@ class PerfCommand : public Subcommand {
       if (baseline_ && baseline_->buffer_offset != buffer_offset_) {
         fmt::print("# baseline {} started its heap buffers {} bytes past a page, this run {}\n", baseline_->path,
                    baseline_->buffer_offset, buffer_offset_);
+      }
+      if (baseline_ && !NoiseMeasured()) {
+        fmt::print("# baseline {} measured each size {} time{}, this run {}: changes are shown but not judged; "
+                   "run both with --repeat {} or more to tell a change from noise\n",
+                   baseline_->path, baseline_->repeat, baseline_->repeat == 1 ? "" : "s", repeat_,
+                   kMinRepeatsForVerdict);
       }
       // Only when the baseline has rows of a rooted op this run measures.
       auto rooted_row = [&](const BaselineRow& r) {
@@ -698,13 +706,24 @@ class PerfCommand : public Subcommand {
                                    s.check.empty() ? "-" : "check=" + s.check);
     if (const BaselineRow* b = baseline_ ? baseline_->Find(s.op, s.bytes) : nullptr) {
       const double base = b->busbw_median;
-      const double noise = std::max(b->busbw_spread, Spread(s.busbw));
       const double change = base > 0 ? busbw / base - 1 : 0;
-      const char* verdict = std::fabs(change) <= noise ? "within noise" : (change > 0 ? "FASTER" : "SLOWER");
-      line += fmt::format("  vs baseline {:.3f}: {:+.1f}% ({}; noise {:.1f}%)", base, change * 100, verdict, noise * 100);
+      if (!NoiseMeasured()) {
+        line += fmt::format("  vs baseline {:.3f}: {:+.1f}% (noise not measured)", base, change * 100);
+      } else {
+        const double noise = std::max(b->busbw_spread, Spread(s.busbw));
+        const char* verdict = std::fabs(change) <= noise ? "within noise" : (change > 0 ? "FASTER" : "SLOWER");
+        line += fmt::format("  vs baseline {:.3f}: {:+.1f}% ({}; noise {:.1f}%)", base, change * 100, verdict,
+                            noise * 100);
+      }
     }
     fmt::print("{}\n", line);
     std::fflush(stdout);
+  }
+
+  // Whether both this run and the baseline measured every size often enough
+  // for their spread to tell a change from noise.
+  bool NoiseMeasured() const {
+    return baseline_ && repeat_ >= kMinRepeatsForVerdict && baseline_->repeat >= kMinRepeatsForVerdict;
   }
 
   Status WriteJson(const Communicator& c, const std::vector<Sample>& samples) const {

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -83,6 +85,12 @@ Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::str
   b.buffer_offset = doc.contains("buffer_offset") && doc["buffer_offset"].is_number_integer()
                         ? doc["buffer_offset"].get<int64_t>()
                         : 0;
+  if (doc.contains("repeat")) {
+    if (!doc["repeat"].is_number_integer() || doc["repeat"].get<int64_t>() < 1) {
+      return Refuse(path, "\"repeat\" is not a whole number from 1");
+    }
+    b.repeat = static_cast<int>(std::min<int64_t>(doc["repeat"].get<int64_t>(), INT32_MAX));
+  }
   // Files from before the root was recorded have none.
   if (doc.contains("root") && doc["root"].is_number_integer() && doc["root"].get<int64_t>() >= 0 &&
       doc["root"].get<int64_t>() < b.ranks) {

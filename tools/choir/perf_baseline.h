@@ -19,6 +19,11 @@
 
 namespace choir::cli {
 
+// A change of speed counts only beyond the spread of this many repeats of
+// each size, in the baseline and in the run compared with it (--repeat):
+// fewer give no spread worth the name (one gives none at all).
+inline constexpr int kMinRepeatsForVerdict = 3;
+
 struct BaselineRow {
   std::string op;
   uint64_t bytes = 0;
@@ -32,6 +37,7 @@ struct Baseline {
   std::string buffers;  // "heap" or "shared"
   int64_t buffer_offset = 0;  // heap buffers' bytes past a page (--buffer-offset; read as 0 when absent)
   int root = -1;        // root of broadcast, reduce, gather and scatter; -1 when the file does not say
+  int repeat = 1;       // times each size was measured (--repeat; read as 1 when absent)
   std::vector<BaselineRow> rows;
 
   // The row measured for `op` at `bytes`, or nullptr.
