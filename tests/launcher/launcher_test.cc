@@ -925,8 +925,11 @@ TEST(PerfTest, RefusesABaselineOfAnotherShape) {
        "\"busbw_spread\": -1}]}",
        "results[0].busbw_spread"},
       {"{\"ranks\": 1, \"results\": []}", "measured with 1 ranks, this run has 2"},
-      {"{\"ranks\": 2, \"repeat\": 0, \"results\": []}", "\"repeat\" is not a whole number from 1"},
-      {"{\"ranks\": 2, \"repeat\": \"3\", \"results\": []}", "\"repeat\" is not a whole number from 1"},
+      {"{\"ranks\": 2, \"repeat\": 0, \"results\": []}", "\"repeat\" is not an integer from 1"},
+      {"{\"ranks\": 2, \"repeat\": -3, \"results\": []}", "\"repeat\" is not an integer from 1"},
+      {"{\"ranks\": 2, \"repeat\": \"3\", \"results\": []}", "\"repeat\" is not an integer from 1"},
+      {"{\"ranks\": 2, \"repeat\": 3.5, \"results\": []}", "\"repeat\" is not an integer from 1"},
+      {"{\"ranks\": 2, \"repeat\": true, \"results\": []}", "\"repeat\" is not an integer from 1"},
       {"{\"ranks\": 2, \"results\": [{\"op\": \"allreduce\", \"bytes\": 8, \"busbw_median\": 1, "
        "\"dtype\": \"int8\"}]}",
        "measured int8, this run measures float32"},
@@ -946,39 +949,51 @@ TEST(PerfTest, RefusesABaselineOfAnotherShape) {
 
 // A change against a --baseline is judged (FASTER, SLOWER, within noise) only
 // when both runs measured every size at least three times (--repeat): with
-// fewer there is no spread to judge by, and the header says how to get one.
+// fewer there is no spread to judge by, and the header says which side must
+// measure again. A file that does not say how often it measured is never
+// judged; a count beyond int64_t is as good as any count of 3 or more.
 TEST(PerfTest, JudgesAChangeOnlyWhenBothRunsRepeatedThreeTimes) {
   const testing::TempDir dir("choir-perf-verdict");
   // A baseline far slower than any run: a change beyond any spread.
-  auto write = [&](const std::string& name, int repeat) {
+  auto write = [&](const std::string& name, const std::string& repeat_field) {
     const std::string path = dir.path() + "/" + name;
-    std::ofstream(path) << "{\"ranks\": 2, \"repeat\": " << repeat
-                        << ", \"results\": [{\"op\": \"allreduce\", \"bytes\": 64, \"busbw_median\": 1e-9, "
+    std::ofstream(path) << "{\"ranks\": 2, " << repeat_field
+                        << "\"results\": [{\"op\": \"allreduce\", \"bytes\": 64, \"busbw_median\": 1e-9, "
                            "\"busbw_spread\": 0.01}]}";
     return path;
   };
-  const std::string once = write("once.json", 1), thrice = write("thrice.json", 3);
-  const std::string note = "changes are shown but not judged; run both with --repeat 3 or more";
+  const std::string once = write("once.json", "\"repeat\": 1, "), twice = write("twice.json", "\"repeat\": 2, ");
+  const std::string thrice = write("thrice.json", "\"repeat\": 3, "), silent = write("silent.json", "");
+  const std::string huge = write("huge.json", "\"repeat\": 18446744073709551615, ");
+  const std::string not_judged = "changes are shown but not judged; ";
   struct Case {
     std::string baseline;
     std::string repeat;
-    bool judged;
+    std::string note;  // empty: judged
   };
-  for (const Case& k : {Case{once, "1", false}, Case{once, "3", false}, Case{thrice, "1", false},
-                        Case{thrice, "3", true}}) {
+  const std::vector<Case> cases = {
+      {once, "1", "measured each size 1 time, this run 1 time: " + not_judged + "measure the baseline and this run"},
+      {once, "3", "measured each size 1 time, this run 3 times: " + not_judged + "measure the baseline again"},
+      {twice, "3", "measured each size 2 times, this run 3 times: " + not_judged + "measure the baseline again"},
+      {thrice, "2", "measured each size 3 times, this run 2 times: " + not_judged + "run this one with --repeat 3"},
+      {silent, "3", "does not say how often it measured each size, this run 3 times: " + not_judged},
+      {thrice, "3", ""},
+      {huge, "3", ""},
+  };
+  for (const Case& k : cases) {
     const Outcome r = RunChoir({"perf", "-n", "2", "--min-bytes", "64", "--max-bytes", "64", "--iters", "5",
                                 "--repeat", k.repeat, "--baseline", k.baseline},
                                {}, 60);
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     const std::string what = k.baseline + " --repeat " + k.repeat + "\n" + r.out;
     EXPECT_NE(r.out.find("vs baseline 0.000: +"), std::string::npos) << what;
-    if (k.judged) {
+    if (k.note.empty()) {
       EXPECT_NE(r.out.find("(FASTER; noise "), std::string::npos) << what;
-      EXPECT_EQ(r.out.find(note), std::string::npos) << what;
-      EXPECT_EQ(r.out.find("noise not measured"), std::string::npos) << what;
+      EXPECT_EQ(r.out.find(not_judged), std::string::npos) << what;
+      EXPECT_EQ(r.out.find("(not judged)"), std::string::npos) << what;
     } else {
-      EXPECT_NE(r.out.find("% (noise not measured)"), std::string::npos) << what;
-      EXPECT_NE(r.out.find(note), std::string::npos) << what;
+      EXPECT_NE(r.out.find("# baseline " + k.baseline + " " + k.note), std::string::npos) << what;
+      EXPECT_NE(r.out.find("% (not judged)"), std::string::npos) << what;
       EXPECT_EQ(r.out.find("FASTER"), std::string::npos) << what;
     }
   }

@@ -352,12 +352,7 @@ class PerfCommand : public Subcommand {
         fmt::print("# baseline {} started its heap buffers {} bytes past a page, this run {}\n", baseline_->path,
                    baseline_->buffer_offset, buffer_offset_);
       }
-      if (baseline_ && !NoiseMeasured()) {
-        fmt::print("# baseline {} measured each size {} time{}, this run {}: changes are shown but not judged; "
-                   "run both with --repeat {} or more to tell a change from noise\n",
-                   baseline_->path, baseline_->repeat, baseline_->repeat == 1 ? "" : "s", repeat_,
-                   kMinRepeatsForVerdict);
-      }
+      if (baseline_ && !NoiseMeasured()) fmt::print("{}\n", VerdictNote());
       // Only when the baseline has rows of a rooted op this run measures.
       auto rooted_row = [&](const BaselineRow& r) {
         algorithms::CollKind kind{};
@@ -708,7 +703,7 @@ class PerfCommand : public Subcommand {
       const double base = b->busbw_median;
       const double change = base > 0 ? busbw / base - 1 : 0;
       if (!NoiseMeasured()) {
-        line += fmt::format("  vs baseline {:.3f}: {:+.1f}% (noise not measured)", base, change * 100);
+        line += fmt::format("  vs baseline {:.3f}: {:+.1f}% (not judged)", base, change * 100);
       } else {
         const double noise = std::max(b->busbw_spread, Spread(s.busbw));
         const char* verdict = std::fabs(change) <= noise ? "within noise" : (change > 0 ? "FASTER" : "SLOWER");
@@ -724,6 +719,23 @@ class PerfCommand : public Subcommand {
   // for their spread to tell a change from noise.
   bool NoiseMeasured() const {
     return baseline_ && repeat_ >= kMinRepeatsForVerdict && baseline_->repeat >= kMinRepeatsForVerdict;
+  }
+
+  // The header's note when !NoiseMeasured(): how often each side measured,
+  // and which side must measure again for a verdict.
+  std::string VerdictNote() const {
+    auto times = [](int n) { return fmt::format("{} time{}", n, n == 1 ? "" : "s"); };
+    const std::string measured = baseline_->repeat > 0
+                                     ? "measured each size " + times(baseline_->repeat)
+                                     : "does not say how often it measured each size";
+    const bool base_short = baseline_->repeat < kMinRepeatsForVerdict;
+    const bool run_short = repeat_ < kMinRepeatsForVerdict;
+    const std::string what = base_short && run_short ? "measure the baseline and this run"
+                             : base_short            ? "measure the baseline again"
+                                                     : "run this one";
+    return fmt::format("# baseline {} {}, this run {}: changes are shown but not judged; {} with --repeat {} or "
+                       "more to tell a change from noise",
+                       baseline_->path, measured, times(repeat_), what, kMinRepeatsForVerdict);
   }
 
   Status WriteJson(const Communicator& c, const std::vector<Sample>& samples) const {

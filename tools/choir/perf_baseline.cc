@@ -86,10 +86,14 @@ Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::str
                         ? doc["buffer_offset"].get<int64_t>()
                         : 0;
   if (doc.contains("repeat")) {
-    if (!doc["repeat"].is_number_integer() || doc["repeat"].get<int64_t>() < 1) {
-      return Refuse(path, "\"repeat\" is not a whole number from 1");
-    }
-    b.repeat = static_cast<int>(std::min<int64_t>(doc["repeat"].get<int64_t>(), INT32_MAX));
+    const json& r = doc["repeat"];
+    // Integers beyond int64_t's range arrive unsigned; any count that large
+    // is as good as INT32_MAX here.
+    const bool positive = r.is_number_unsigned() ? r.get<uint64_t>() >= 1
+                                                 : r.is_number_integer() && r.get<int64_t>() >= 1;
+    if (!positive) return Refuse(path, "\"repeat\" is not an integer from 1");
+    b.repeat = r.is_number_unsigned() ? static_cast<int>(std::min<uint64_t>(r.get<uint64_t>(), INT32_MAX))
+                                      : static_cast<int>(std::min<int64_t>(r.get<int64_t>(), INT32_MAX));
   }
   // Files from before the root was recorded have none.
   if (doc.contains("root") && doc["root"].is_number_integer() && doc["root"].get<int64_t>() >= 0 &&

@@ -19,9 +19,10 @@
 
 namespace choir::cli {
 
-// A change of speed counts only beyond the spread of this many repeats of
-// each size, in the baseline and in the run compared with it (--repeat):
-// fewer give no spread worth the name (one gives none at all).
+// A change of speed is judged only when the baseline and the run compared
+// with it both measured each size at least this many times (--repeat), and
+// counts only beyond the larger of their spreads: one repeat gives no spread
+// at all, two give one that a single slow launch decides.
 inline constexpr int kMinRepeatsForVerdict = 3;
 
 struct BaselineRow {
@@ -37,7 +38,7 @@ struct Baseline {
   std::string buffers;  // "heap" or "shared"
   int64_t buffer_offset = 0;  // heap buffers' bytes past a page (--buffer-offset; read as 0 when absent)
   int root = -1;        // root of broadcast, reduce, gather and scatter; -1 when the file does not say
-  int repeat = 1;       // times each size was measured (--repeat; read as 1 when absent)
+  int repeat = 0;       // times each size was measured (--repeat); 0 when the file does not say
   std::vector<BaselineRow> rows;
 
   // The row measured for `op` at `bytes`, or nullptr.
