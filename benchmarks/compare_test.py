@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Tests of benchmarks/compare's summary: the targets it judges from a run's figures.
+
+They build the figures of a run by hand (no library runs), so each verdict
+and each line of text can be checked exactly.
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load_compare():
+    loader = importlib.machinery.SourceFileLoader("compare", os.path.join(HERE, "compare"))
+    spec = importlib.util.spec_from_loader("compare", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+compare = load_compare()
+
+
+def sweep(op, rows):
+    """A choir perf / coll_bench JSON document: rows of (bytes, busbw GB/s, algorithm or None)."""
+    results = []
+    for b, busbw, alg in rows:
+        r = {"op": op, "bytes": b, "busbw_gbps": [busbw], "busbw_median": busbw}
+        if alg:
+            r["algorithm"] = alg
+        results.append(r)
+    return {"results": results}
+
+
+def run(figures):
+    """Results from {(lib, op): [per repeat: [(bytes, busbw, algorithm)]]}; a None repeat did not run."""
+    res = compare.Results()
+    for (lib, op), repeats in figures.items():
+        for rep, rows in enumerate(repeats):
+            if rows is not None:
+                res.add_sweep(lib, [sweep(op, rows)], rep)
+    return res
+
+
+def targets(res, libs, ops):
+    ratios = {op: compare.busbw_table(res, op, libs)[1] for op in ops}
+    return compare.targets_section(res, ratios, libs)
+
+
+def rows_of(lines, start):
+    return [x for x in lines if x.startswith(start)]
+
+
+class EverySizeTarget(unittest.TestCase):
+    LIBS = ["choir", "openmpi", "mpich"]
+
+    def test_met_when_no_cell_is_below(self):
+        res = run({
+            ("choir", "broadcast"): [[(16, 2.0, "shm_flat"), (64, 4.0, "shm_flat")]] * 3,
+            ("openmpi", "broadcast"): [[(16, 1.0, None), (64, 4.0, None)]] * 3,  # level counts as met
+            ("mpich", "broadcast"): [[(16, 1.5, None), (64, 3.0, None)]] * 3,
+        })
+        lines = targets(res, self.LIBS, ["broadcast"])
+        self.assertEqual(rows_of(lines, "| every size"), [
+            "| every size ≥ the best peer | heap | 16 B–64 B, 1 op, 2 cells | lowest 1.00x (broadcast 64 B) | yes |"])
+        self.assertFalse(any(x.startswith("Cells below") for x in lines))
+
+    def test_lists_each_cell_below_with_its_peer_repeats_and_switch_point(self):
+        # broadcast 64 B: choir 0.5 in the median against MPICH's 1.0; slower in 2 of 3 repeats.
+        # allreduce 1 KiB: below Open MPI in all 3 repeats, where the pipe takes over from the slots.
+        res = run({
+            ("choir", "broadcast"): [[(16, 3.0, "shm_flat"), (64, 0.5, "shm_flat")],
+                                     [(16, 3.0, "shm_flat"), (64, 0.4, "shm_flat")],
+                                     [(16, 3.0, "shm_flat"), (64, 2.0, "shm_flat")]],
+            ("openmpi", "broadcast"): [[(16, 1.0, None), (64, 0.2, None)]] * 3,
+            ("mpich", "broadcast"): [[(16, 1.0, None), (64, 1.0, None)]] * 3,
+            ("choir", "allreduce"): [[(256, 1.0, "shm_flat"), (1024, 1.5, "shm_pipe"), (4096, 9.0, "shm_pipe")]] * 3,
+            ("openmpi", "allreduce"): [[(256, 1.0, None), (1024, 2.0, None), (4096, 3.0, None)]] * 3,
+            ("mpich", "allreduce"): [[(256, 0.5, None), (1024, 1.0, None), (4096, 3.0, None)]] * 3,
+        })
+        lines = targets(res, self.LIBS, ["allreduce", "broadcast"])
+        self.assertEqual(rows_of(lines, "| every size"), [
+            "| every size ≥ the best peer | heap | 16 B–4 KiB, 2 ops, 5 cells | lowest 0.50x (broadcast 64 B) | "
+            "no: 2 cells below, 1 of them in every repeat |"])
+        self.assertEqual(rows_of(lines, "- heap"), [
+            "- heap, 2 cells: allreduce 1 KiB 0.75x (Open MPI; slower in 3 of 3 repeats; shm_pipe, a switch point: "
+            "shm_flat at 256 B), broadcast 64 B 0.50x (MPICH; slower in 2 of 3 repeats; shm_flat)."])
+
+    def test_pairs_only_the_repeats_both_ran(self):
+        # choir's second launch failed: the cell is judged on repeats 1 and 3 alone.
+        res = run({
+            ("choir", "reduce"): [[(16, 0.5, "shm_flat")], None, [(16, 0.6, "shm_flat")]],
+            ("openmpi", "reduce"): [[(16, 1.0, None)], [(16, 1.0, None)], [(16, 1.0, None)]],
+        })
+        lines = targets(res, ["choir", "openmpi"], ["reduce"])
+        self.assertEqual(rows_of(lines, "- heap"), [
+            "- heap, 1 cell: reduce 16 B 0.55x (Open MPI; slower in 2 of 2 repeats; shm_flat)."])
+        self.assertEqual(rows_of(lines, "| every size")[0].rsplit("|", 2)[1], " no: 1 cell below, 1 of them in every repeat ")
+
+    def test_one_repeat_is_not_called_below_in_every_repeat(self):
+        res = run({
+            ("choir", "alltoall"): [[(16, 0.5, None)]],
+            ("mpich", "alltoall"): [[(16, 1.0, None)]],
+        })
+        lines = targets(res, ["choir", "mpich"], ["alltoall"])
+        self.assertEqual(rows_of(lines, "| every size"), [
+            "| every size ≥ the best peer | heap | 16 B, 1 op, 1 cell | lowest 0.50x (alltoall 16 B) | "
+            "no: 1 cell below, not all measured in two repeats or more |"])
+        self.assertEqual(rows_of(lines, "- heap"), ["- heap, 1 cell: alltoall 16 B 0.50x (MPICH; slower in 1 of 1 repeat)."])
+
+    def test_each_choir_column_is_judged_on_its_own(self):
+        res = run({
+            ("choir", "allgather"): [[(1024, 1.0, "cma")]] * 2,
+            ("choir-shared", "allgather"): [[(1024, 3.0, "shm_pipe")]] * 2,
+            ("openmpi", "allgather"): [[(1024, 2.0, None)]] * 2,
+        })
+        lines = targets(res, ["choir", "choir-shared", "openmpi"], ["allgather"])
+        self.assertEqual(rows_of(lines, "| every size"), [
+            "| every size ≥ the best peer | heap | 1 KiB, 1 op, 1 cell | lowest 0.50x (allgather 1 KiB) | "
+            "no: 1 cell below, 1 of them in every repeat |",
+            "| every size ≥ the best peer | SharedBuffer | 1 KiB, 1 op, 1 cell | lowest 1.50x (allgather 1 KiB) | "
+            "yes |"])
+        self.assertEqual(rows_of(lines, "- "), [
+            "- heap, 1 cell: allgather 1 KiB 0.50x (Open MPI; slower in 2 of 2 repeats; cma)."])
+
+    def test_no_row_without_a_peer(self):
+        # Every peer failed: there is no ratio to judge, and no row claims one.
+        res = run({("choir", "allreduce"): [[(16, 1.0, "shm_flat")]] * 2})
+        lines = targets(res, ["choir", "openmpi"], ["allreduce"])
+        self.assertEqual(rows_of(lines, "| every size"), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
