@@ -70,11 +70,11 @@ AreaOp::AreaOp(Context& c, size_t payload) : ctx_(&c), group_(c.local_group()) {
   id_ = group_->next_id++;
   history_ = group_->history;
   mix_ = SignatureHash(history_, c.sig_word(), c.sig_count());
-  small_ = payload <= transport::kSmallSlotPayload;
-  depth_ = small_ ? transport::kSmallSlots : transport::kAreaSlots;
+  ring_ = transport::RingFor(payload);
+  depth_ = transport::RingDepth(ring_);
   slot_ = SlotOf(id_);
   const size_t lines = (sizeof(transport::SlotHeader) + payload + 63) / 64;
-  if (small_ && lines <= kMaxNextLines) next_lines_ = static_cast<int>(lines);
+  if (small() && lines <= kMaxNextLines) next_lines_ = static_cast<int>(lines);
 }
 
 Status AreaOp::Wait(absl::FunctionRef<bool(int)> owes, const char* to_do, bool marks_data) {
@@ -110,7 +110,7 @@ Status AreaOp::Acquire() {
 }
 
 transport::SlotHeader* AreaOp::WriteHeader(uint64_t bytes, bool peers_read) {
-  if (bytes > 0 && peers_read) next_lines_ = small_ && kPrefetchForWrite ? 0 : 1;  // an exchange (next_lines_)
+  if (bytes > 0 && peers_read) next_lines_ = small() && kPrefetchForWrite ? 0 : 1;  // an exchange (next_lines_)
   transport::SlotHeader* h = header(me());
   h->sig = ctx_->sig_word();
   h->count = ctx_->sig_count();
@@ -250,19 +250,28 @@ Status AreaOp::CheckSignature(int p, const transport::SlotHeader* h) const {
   return Status::Ok();
 }
 
+const transport::SlotHeader* AreaOp::OtherRingHeader(int p) const {
+  for (const transport::Ring r : transport::kRings) {
+    if (r == ring_) continue;
+    const transport::SlotHeader* h = ring_header(p, r);
+    if (h->id.load(std::memory_order_acquire) == id_) return h;
+  }
+  return nullptr;
+}
+
 Status AreaOp::OtherRingMismatch(int p) const {
-  CHOIR_RETURN_IF_ERROR(CheckSignature(p, other_ring_header(p)));
+  CHOIR_RETURN_IF_ERROR(CheckSignature(p, OtherRingHeader(p)));
   // Equal signatures, different rings: the ranks disagree about the payload
   // (uneven counts that differ between ranks).
   return Status(Code::kCollectiveMismatch,
-                fmt::format("rank {} published this collective in its other ring of shared slots: the ranks "
+                fmt::format("rank {} published this collective in another ring of shared slots: the ranks "
                             "disagree about its payload (the per-rank counts differ between ranks)",
                             group_->ranks[static_cast<size_t>(p)]));
 }
 
 Status AreaOp::WaitFor(int p, uint64_t reads) {
   const transport::SlotHeader* h = header(p);
-  // A peer that published this id in the other ring runs another collective:
+  // A peer that published this id in another ring runs another collective:
   // stop waiting (it would never publish here) and report the mismatch.
   bool elsewhere = false;
   // Already there (a peer that runs ahead): no wait to set up.
@@ -337,7 +346,7 @@ void AreaOp::FinishReads() {
   // or mixed (docs/performance-log.md, "Taking the next slot for writing").
   const uint64_t next_id = id_ + 1;
   const auto depth = static_cast<uint64_t>(depth_);
-  if (kPrefetchForWrite && small_ && own_lines_ > 0 && (next_id <= depth || group_->read_by_all >= next_id - depth)) {
+  if (kPrefetchForWrite && small() && own_lines_ > 0 && (next_id <= depth || group_->read_by_all >= next_id - depth)) {
     const auto* own = reinterpret_cast<const uint8_t*>(group_->mine().small_slot(SlotOf(next_id)));
     const size_t lines = std::min(own_lines_, transport::kSmallSlotStride / 64);
     for (size_t l = 0; l < lines; ++l) PrefetchForWrite(own + 64 * l);
@@ -354,7 +363,7 @@ void AreaOp::FinishReads() {
   for (int p = 0; p < size(); ++p) {
     if (p != me() && (read_from_ == kReadAll || read_from_ == p)) {
       const transport::AreaView& a = group_->areas[static_cast<size_t>(p)];
-      const auto* line = reinterpret_cast<const uint8_t*>(small_ ? a.small_slot(next) : a.slot(next));
+      const auto* line = reinterpret_cast<const uint8_t*>(a.ring_slot(ring_, next));
       for (int l = 0; l < next_lines_; ++l) __builtin_prefetch(line + 64 * l, 0, 3);
     }
   }

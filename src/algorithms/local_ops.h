@@ -1,7 +1,7 @@
 // Building blocks of the same-host algorithms (shm_flat.cc, cma.cc): one
 // "area operation" on the host's shared slots, as every local rank runs it.
 //
-//   AreaOp op(ctx, payload);        // next id, its slot (small ring for small payloads)
+//   AreaOp op(ctx, payload);        // next id, its slot (the ring the payload fits)
 //   op.Acquire();                   // my slot is no longer being read by anyone
 //   memcpy(op.my_data(), ...);      // fill it
 //   op.Publish(bytes);              // id + signature become visible to peers
@@ -44,14 +44,20 @@ class AreaOp {
  public:
   // `payload`: the most any rank will publish in its slot; up to
   // transport::kSmallSlotPayload the operation takes the deep ring of small
-  // slots. Every rank must pass a value that leads to the same ring (derive
-  // it from the collective's arguments). The default takes a full slot.
+  // slots, up to kMediumSlotPayload the deep ring of medium ones
+  // (transport::RingFor). Every rank must pass a value that leads to the same
+  // ring (derive it from the collective's arguments). The default takes a
+  // full slot.
   static constexpr size_t kFullSlot = SIZE_MAX;
   explicit AreaOp(Context& c, size_t payload = kFullSlot);
 
   Status Acquire();
   uint8_t* my_data() const { return data_of(group_->index); }
-  size_t slot_capacity() const { return small_ ? transport::kSmallSlotPayload : group_->mine().slot_capacity(); }
+  size_t slot_capacity() const {
+    return ring_ == transport::Ring::kSmall    ? transport::kSmallSlotPayload
+           : ring_ == transport::Ring::kMedium ? transport::kMediumSlotPayload
+                                               : group_->mine().slot_capacity();
+  }
   // `peers_read`: false when no peer reads this slot's payload (an in-place
   // reduce root's): this rank then only reads from peers that do not wait
   // for it, and fetches their next slots as such a reader (next_lines_).
@@ -169,25 +175,21 @@ class AreaOp {
   // The signature in `h` (local rank p's slot) against this collective's.
   Status CheckSignature(int local_index, const transport::SlotHeader* h) const;
   // This operation's slot of local rank p, and the slot with the same id in
-  // the other ring (where a rank that called another collective published).
+  // another ring (where a rank that called another collective published).
   transport::SlotHeader* header(int local_index) const {
-    const transport::AreaView& a = group_->areas[static_cast<size_t>(local_index)];
-    return small_ ? a.small_slot(slot_) : a.slot(slot_);
+    return group_->areas[static_cast<size_t>(local_index)].ring_slot(ring_, slot_);
   }
-  const transport::SlotHeader* other_ring_header(int local_index) const {
-    const transport::AreaView& a = group_->areas[static_cast<size_t>(local_index)];
-    return small_ ? a.slot(static_cast<int>(id_ % transport::kAreaSlots))
-                  : a.small_slot(static_cast<int>(id_ % transport::kSmallSlots));
+  const transport::SlotHeader* ring_header(int local_index, transport::Ring r) const {
+    return group_->areas[static_cast<size_t>(local_index)].ring_slot(
+        r, static_cast<int>(id_ % static_cast<uint64_t>(transport::RingDepth(r))));
   }
   uint8_t* data_of(int local_index) const {
-    const transport::AreaView& a = group_->areas[static_cast<size_t>(local_index)];
-    return small_ ? a.small_data(slot_) : a.data(slot_);
+    return group_->areas[static_cast<size_t>(local_index)].ring_data(ring_, slot_);
   }
-  // True once local rank p has published this id in the other ring: it runs
-  // another collective (CheckSignature then names it).
-  bool InOtherRing(int local_index) const {
-    return other_ring_header(local_index)->id.load(std::memory_order_acquire) == id_;
-  }
+  // The header of local rank p's publication of this id in another ring (it
+  // runs another collective: CheckSignature then names it), or null.
+  const transport::SlotHeader* OtherRingHeader(int local_index) const;
+  bool InOtherRing(int local_index) const { return OtherRingHeader(local_index) != nullptr; }
   Status OtherRingMismatch(int local_index) const;
   // Writes this rank's slot header for this operation, id last (Publish,
   // PublishLines).
@@ -204,11 +206,13 @@ class AreaOp {
   Context* ctx_;
   transport::LocalGroup* group_;
   uint64_t id_;
-  bool small_;
+  transport::Ring ring_;
+  bool small() const { return ring_ == transport::Ring::kSmall; }
   int depth_;  // slots in this operation's ring
   // The slot of operation `id` in this operation's ring: a mask, not a
   // division (tens of cycles on the small-message path).
   static_assert((transport::kSmallSlots & (transport::kSmallSlots - 1)) == 0 &&
+                (transport::kMediumSlots & (transport::kMediumSlots - 1)) == 0 &&
                 (transport::kAreaSlots & (transport::kAreaSlots - 1)) == 0);
   int SlotOf(uint64_t id) const { return static_cast<int>(id & static_cast<uint64_t>(depth_ - 1)); }
   int slot_;

@@ -1675,23 +1675,27 @@ TEST(CommFailureTest, DisagreeingAlltoallvSplitsAreAMismatch) {
   }
 }
 
-// A small allreduce (80 bytes: the deep ring of small slots) against a larger
-// one (8000 bytes: a full slot) on the same step: each rank sees the other's
-// publication in its other ring and reports the mismatch at once, not after
-// a timeout (the stall check, which would also find it, is set beyond the
-// deadline here).
+// Allreduces whose payloads fall in different rings of shared slots on the
+// same step, rank 0's against the others': 80 bytes (the deep ring of small
+// slots), 8000 (the medium ring) and 32000 (a full slot). Each rank sees the
+// other's publication in another ring and reports the mismatch at once, not
+// after a timeout (the stall check, which would also find it, is set beyond
+// the deadline here).
 TEST(CommFailureTest, CollectivesInDifferentSlotRingsAreAMismatchAtOnce) {
   params::ScopedOverride stall("CHOIR_STALL_SECONDS", "60");
+  const std::pair<size_t, size_t> pairs[] = {{10, 1000}, {1000, 10}, {1000, 4000}, {4000, 1000}, {10, 4000}};
   for (int n : {2, 3}) {
-    auto results = RunRanks(n, [](Communicator& comm) -> Status {
-      std::vector<int64_t> v(1000, 1);
-      const size_t count = comm.rank() == 0 ? 10 : 1000;
-      const Status s = comm.Allreduce(v.data(), v.data(), count, DataType::kInt64, ReduceOp::kSum).Wait();
-      if (s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "want E401, got " + s.ToString());
-      return Status::Ok();
-    }, TransportOptions("shm", 10s));
-    SCOPED_TRACE(n);
-    ExpectAllOk(results);
+    for (const auto& [first, others] : pairs) {
+      auto results = RunRanks(n, [first, others](Communicator& comm) -> Status {
+        std::vector<int64_t> v(4000, 1);
+        const size_t count = comm.rank() == 0 ? first : others;
+        const Status s = comm.Allreduce(v.data(), v.data(), count, DataType::kInt64, ReduceOp::kSum).Wait();
+        if (s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "want E401, got " + s.ToString());
+        return Status::Ok();
+      }, TransportOptions("shm", 10s));
+      SCOPED_TRACE(std::to_string(n) + " ranks, " + std::to_string(first) + " against " + std::to_string(others));
+      ExpectAllOk(results);
+    }
   }
 }
 
@@ -2147,20 +2151,22 @@ TEST(CommTest, RanksOnOneCpuFinishQueuedOperationsHoweverTheyAreAwaited) {
 
 // The ranks that do not wait for their peers (a broadcast or scatter root,
 // the senders of a reduce or gather) run up to a ring's depth of operations
-// ahead through the shared slots (64 small ones for these payloads). In each
-// phase one collective runs 150 times in a row with one root, and one
-// waiting rank sleeps now and then, so the others fill every slot and must
-// wait for one to come free; a fifth kind of phase runs an allreduce in the
-// ring of full slots and then nine broadcasts in the small ring (the root
-// reuses slots on what the allreduce told it, without reading read_through).
+// ahead through the shared slots (64 small ones for most payloads here, 64
+// medium ones for the 8 KiB broadcasts). In each phase one collective runs
+// 150 times in a row with one root, and one waiting rank sleeps now and then,
+// so the others fill every slot and must wait for one to come free; a fifth
+// kind of phase runs an allreduce in the ring of full slots and then nine
+// broadcasts in the small ring and nine in the medium one (the root reuses
+// slots on what the allreduce told it, without reading read_through).
 // Every value must still be its own operation's.
 TEST(CommSlotTest, RanksRunningAheadNeverOverwriteUnreadSlots) {
   for (int n : {2, 3}) {
     auto results = RunRanks(n, [n](Communicator& comm) -> Status {
       const int me = comm.rank();
-      for (int phase = 0; phase < 5 * n * 2; ++phase) {
-        const int root = (phase / 5) % n;
-        const int kind = phase % 5;  // broadcast, scatter (root runs ahead), reduce, gather (senders do), mixed
+      for (int phase = 0; phase < 6 * n * 2; ++phase) {
+        const int root = (phase / 6) % n;
+        // broadcast, scatter (root runs ahead), reduce, gather (senders do), mixed, 8 KiB broadcast
+        const int kind = phase % 6;
         const bool sleeper = kind == 2 || kind == 3 ? me == root : me == (root + 1) % n;
         for (int64_t round = 0; round < 150; ++round) {
           const std::string where = "phase " + std::to_string(phase) + " round " + std::to_string(round);
@@ -2192,8 +2198,18 @@ TEST(CommSlotTest, RanksRunningAheadNeverOverwriteUnreadSlots) {
                 return Status(Code::kInternal, "gather " + where + " from rank " + std::to_string(p));
               }
             }
+          } else if (kind == 5) {
+            std::vector<int64_t> b(1024, 0);
+            if (me == root) {
+              for (size_t i = 0; i < b.size(); ++i) b[i] = tag * 4096 + static_cast<int64_t>(i);
+            }
+            CHOIR_RETURN_IF_ERROR(comm.Broadcast(b.data(), b.data(), b.size(), DataType::kInt64, root).Wait());
+            if (b.front() != tag * 4096 || b.back() != tag * 4096 + 1023) {
+              return Status(Code::kInternal, "8 KiB broadcast " + where);
+            }
           } else {
-            std::vector<int32_t> x(2048, static_cast<int32_t>(me + tag)), sum(2048, 0);
+            // 24000 bytes: past the medium slots.
+            std::vector<int32_t> x(6000, static_cast<int32_t>(me + tag)), sum(6000, 0);
             CHOIR_RETURN_IF_ERROR(comm.Allreduce(x.data(), sum.data(), x.size(), DataType::kInt32, ReduceOp::kSum).Wait());
             const int32_t want = static_cast<int32_t>(n * (n - 1) / 2 + n * tag);
             if (sum.front() != want || sum.back() != want) return Status(Code::kInternal, "allreduce " + where);
@@ -2201,6 +2217,13 @@ TEST(CommSlotTest, RanksRunningAheadNeverOverwriteUnreadSlots) {
               int64_t b = me == root ? tag * 16 + k : -1;
               CHOIR_RETURN_IF_ERROR(comm.Broadcast(&b, &b, 1, DataType::kInt64, root).Wait());
               if (b != tag * 16 + k) return Status(Code::kInternal, "broadcast after allreduce " + where);
+            }
+            for (int64_t k = 0; k < 9; ++k) {
+              std::vector<int64_t> b(1024, me == root ? tag * 16 + k : -1);
+              CHOIR_RETURN_IF_ERROR(comm.Broadcast(b.data(), b.data(), b.size(), DataType::kInt64, root).Wait());
+              if (b.front() != tag * 16 + k || b.back() != tag * 16 + k) {
+                return Status(Code::kInternal, "8 KiB broadcast after allreduce " + where);
+              }
             }
           }
         }

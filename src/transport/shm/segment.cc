@@ -190,8 +190,9 @@ Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int ra
   actl->progress.store(0);
   actl->finished.store(0);
   actl->consumed.store(0);
-  for (int b = 0; b < kAreaSlots; ++b) new (area.slot(b)) SlotHeader{{0}, 0, 0, 0};
-  for (int b = 0; b < kSmallSlots; ++b) new (area.small_slot(b)) SlotHeader{{0}, 0, 0, 0};
+  for (const Ring r : kRings) {
+    for (int b = 0; b < RingDepth(r); ++b) new (area.ring_slot(r, b)) SlotHeader{{0}, 0, 0, 0};
+  }
   for (int s = 0; s < num_slots; ++s) {
     auto* ctl = new (seg->ring_ctl(s)) RingCtl();
     ctl->head.store(0);

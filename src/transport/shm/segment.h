@@ -30,7 +30,7 @@
 namespace choir::transport {
 
 inline constexpr uint64_t kSegmentMagic = 0x43484f4952534547ull;  // "CHOIRSEG"
-inline constexpr uint32_t kSegmentLayoutVersion = 8;
+inline constexpr uint32_t kSegmentLayoutVersion = 9;
 
 struct alignas(64) SegmentHeader {
   uint64_t magic;

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <new>
 #include <thread>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/strings.h"
@@ -173,6 +174,41 @@ TEST(SegmentRoomTest, RefusesSizesThatWouldOverflow) {
   EXPECT_EQ(Segment::CheckRoom(4, (size_t{1} << 30) + 64, 64 << 10, 4 << 20).code(), Code::kInvalidSetting);
   const Status s = Segment::CheckRoom(1 << 30, size_t{1} << 30, 64 << 10, 4 << 20);
   EXPECT_EQ(s.code(), Code::kOutOfMemory) << s.ToString();
+}
+
+// Which ring an operation's payload takes, and where the rings lie in an
+// area: one after another, none overlapping, the pipe after the last, and
+// the whole inside AreaBytes.
+TEST(LocalAreaTest, EachPayloadHasOneRingAndTheRingsDoNotOverlap) {
+  EXPECT_EQ(RingFor(0), Ring::kSmall);
+  EXPECT_EQ(RingFor(kSmallSlotPayload), Ring::kSmall);
+  EXPECT_EQ(RingFor(kSmallSlotPayload + 1), Ring::kMedium);
+  EXPECT_EQ(RingFor(16 * 1024), Ring::kMedium);
+  EXPECT_EQ(RingFor(kMediumSlotPayload), Ring::kMedium);
+  EXPECT_EQ(RingFor(kMediumSlotPayload + 1), Ring::kFull);
+  EXPECT_EQ(RingFor(SIZE_MAX), Ring::kFull);
+  EXPECT_EQ(kSmallSlotPayload, 480u);
+  EXPECT_EQ(kMediumSlotPayload, 16u * 1024 + 32);
+  EXPECT_EQ(RingDepth(Ring::kSmall), 64);
+  EXPECT_EQ(RingDepth(Ring::kMedium), 64);
+  EXPECT_EQ(RingDepth(Ring::kFull), 8);
+
+  const size_t slot_bytes = 64 << 10, pipe_bytes = 4 << 20;
+  std::vector<uint8_t> memory(AreaBytes(slot_bytes, pipe_bytes));
+  const AreaView area(memory.data(), slot_bytes, pipe_bytes);
+  auto at = [&](const void* p) { return static_cast<size_t>(static_cast<const uint8_t*>(p) - memory.data()); };
+  size_t next = kAreaCtlBytes;  // the rings in order: full, small, medium
+  for (const Ring r : {Ring::kFull, Ring::kSmall, Ring::kMedium}) {
+    const size_t stride = r == Ring::kFull ? SlotStride(slot_bytes) : r == Ring::kSmall ? kSmallSlotStride : kMediumSlotStride;
+    for (int b = 0; b < RingDepth(r); ++b) {
+      EXPECT_EQ(at(area.ring_slot(r, b)), next) << static_cast<int>(r) << " slot " << b;
+      EXPECT_EQ(at(area.ring_data(r, b)), next + sizeof(SlotHeader));
+      EXPECT_EQ(at(area.ring_slot(r, b)) % 64, 0u);
+      next += stride;
+    }
+  }
+  EXPECT_EQ(at(area.pipe()), next);
+  EXPECT_EQ(next + pipe_bytes, memory.size());
 }
 
 }  // namespace
