@@ -27,7 +27,7 @@
 // ring") and costs 32 KiB per rank. The medium ring is as deep for payloads
 // of up to 16 KiB: a rank that writes lines its peers read only a few
 // operations before waits for them to leave the peers' caches, and with 64
-// slots of 1-16 KiB a broadcast or reduce stream ran 1.3-1.5x faster than
+// slots of 1-16 KiB a broadcast or reduce stream ran 1.2-1.75x faster than
 // with 8 on the Intel host (docs/performance-log.md, "A deeper ring for
 // payloads of 1-16 KiB"); it costs 1 MiB per rank.
 //
