@@ -84,7 +84,7 @@ class EverySizeTarget(unittest.TestCase):
         lines = targets(res, self.LIBS, ["allreduce", "broadcast"])
         self.assertEqual(rows_of(lines, "| every size"), [
             "| every size ≥ the best peer | heap | 16 B–4 KiB, 2 ops, 5 cells | lowest 0.50x (broadcast 64 B) | "
-            "no: 2 cells below, 1 of them in every repeat |"])
+            "no: 2 cells below, 1 of them in every repeat both ran |"])
         self.assertEqual(rows_of(lines, "- heap"), [
             "- heap, 2 cells: allreduce 1 KiB 0.75x (Open MPI; slower in 3 of 3 repeats; shm_pipe, a switch point: "
             "shm_flat at 256 B), broadcast 64 B 0.50x (MPICH; slower in 2 of 3 repeats; shm_flat)."])
@@ -98,7 +98,7 @@ class EverySizeTarget(unittest.TestCase):
         lines = targets(res, ["choir", "openmpi"], ["reduce"])
         self.assertEqual(rows_of(lines, "- heap"), [
             "- heap, 1 cell: reduce 16 B 0.55x (Open MPI; slower in 2 of 2 repeats; shm_flat)."])
-        self.assertEqual(rows_of(lines, "| every size")[0].rsplit("|", 2)[1], " no: 1 cell below, 1 of them in every repeat ")
+        self.assertEqual(rows_of(lines, "| every size")[0].rsplit("|", 2)[1], " no: 1 cell below, 1 of them in every repeat both ran ")
 
     def test_one_repeat_is_not_called_below_in_every_repeat(self):
         res = run({
@@ -108,7 +108,7 @@ class EverySizeTarget(unittest.TestCase):
         lines = targets(res, ["choir", "mpich"], ["alltoall"])
         self.assertEqual(rows_of(lines, "| every size"), [
             "| every size ≥ the best peer | heap | 16 B, 1 op, 1 cell | lowest 0.50x (alltoall 16 B) | "
-            "no: 1 cell below, not all measured in two repeats or more |"])
+            "no: 1 cell below, 0 of them in every repeat both ran (1 with one such repeat or none, not counted) |"])
         self.assertEqual(rows_of(lines, "- heap"), ["- heap, 1 cell: alltoall 16 B 0.50x (MPICH; slower in 1 of 1 repeat)."])
 
     def test_each_choir_column_is_judged_on_its_own(self):
@@ -120,11 +120,24 @@ class EverySizeTarget(unittest.TestCase):
         lines = targets(res, ["choir", "choir-shared", "openmpi"], ["allgather"])
         self.assertEqual(rows_of(lines, "| every size"), [
             "| every size ≥ the best peer | heap | 1 KiB, 1 op, 1 cell | lowest 0.50x (allgather 1 KiB) | "
-            "no: 1 cell below, 1 of them in every repeat |",
+            "no: 1 cell below, 1 of them in every repeat both ran |",
             "| every size ≥ the best peer | SharedBuffer | 1 KiB, 1 op, 1 cell | lowest 1.50x (allgather 1 KiB) | "
             "yes |"])
         self.assertEqual(rows_of(lines, "- "), [
             "- heap, 1 cell: allgather 1 KiB 0.50x (Open MPI; slower in 2 of 2 repeats; cma)."])
+
+    def test_a_bracket_is_no_switch_and_neighbours_are_choirs_own_sizes(self):
+        # 16 KiB is below Open MPI. Its neighbours are choir's 4 KiB (the same main route, its calls
+        # counted otherwise) and 64 KiB (cma: a switch), though no peer measured 4 KiB.
+        res = run({
+            ("choir", "allreduce"): [[(1024, 3.0, "shm_flat"), (4096, 3.0, "shm_pipe"),
+                                      (16384, 1.0, "shm_pipe (3x +stream)"), (65536, 9.0, "cma")]] * 2,
+            ("openmpi", "allreduce"): [[(1024, 1.0, None), (16384, 2.0, None), (65536, 3.0, None)]] * 2,
+        })
+        lines = targets(res, ["choir", "openmpi"], ["allreduce"])
+        self.assertEqual(rows_of(lines, "- heap"), [
+            "- heap, 1 cell: allreduce 16 KiB 0.50x (Open MPI; slower in 2 of 2 repeats; shm_pipe (3x +stream), "
+            "a switch point: cma at 64 KiB)."])
 
     def test_no_row_without_a_peer(self):
         # Every peer failed: there is no ratio to judge, and no row claims one.

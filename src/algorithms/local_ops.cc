@@ -143,9 +143,13 @@ namespace {
 uint64_t LineFlag(uint64_t id, const transport::SegmentHeader* writer, uint64_t mix) {
   return id ^ writer->token ^ mix;
 }
-// Lines of up to 392 bytes fit a small slot, the rest any full slot.
+// Lines of up to 392 bytes fit a small slot, the rest a medium one (and
+// any full slot, where an allgather's or reduce_scatter's blocks go when
+// every rank's block needs lines of its own).
 static_assert(AreaOp::LineLayoutBytes(7 * AreaOp::kLinePayload) <= transport::kSmallSlotPayload);
+static_assert(AreaOp::LineLayoutBytes(AreaOp::kLinesMaxBytes) <= transport::kMediumSlotPayload);
 static_assert(AreaOp::LineLayoutBytes(AreaOp::kLinesMaxBytes) <= transport::kSlotMinCapacity);
+static_assert(transport::kSlotMinCapacity <= transport::kMediumSlotPayload);
 uint8_t* LineOf(transport::SlotHeader* h, size_t j) { return reinterpret_cast<uint8_t*>(h) + 64 * (j + 1); }
 // Flags are read and written by other processes: lock-free atomics only.
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
@@ -260,7 +264,9 @@ const transport::SlotHeader* AreaOp::OtherRingHeader(int p) const {
 }
 
 Status AreaOp::OtherRingMismatch(int p) const {
-  CHOIR_RETURN_IF_ERROR(CheckSignature(p, OtherRingHeader(p)));
+  // Found there a moment ago, and a peer cannot reuse that slot before this
+  // rank has read through this id; checked again all the same.
+  if (const transport::SlotHeader* h = OtherRingHeader(p); h != nullptr) CHOIR_RETURN_IF_ERROR(CheckSignature(p, h));
   // Equal signatures, different rings: the ranks disagree about the payload
   // (uneven counts that differ between ranks).
   return Status(Code::kCollectiveMismatch,

@@ -84,7 +84,7 @@ class AreaOp {
   }
   // The slot space `blocks` blocks of `bytes` take in lines, each block
   // from a line of its own (what AreaOp's `payload` asks for: from 393
-  // bytes on they take a full slot).
+  // bytes of payload on they take a medium slot).
   static constexpr size_t LineLayoutBytes(uint64_t bytes, int blocks = 1) {
     return 32 + 64 * static_cast<size_t>(blocks) * LinesOf(bytes);
   }

@@ -675,7 +675,7 @@ TEST(CommFlatTest, AllreducesThroughFlaggedLinesAreExact) {
 }
 
 // A stream of equal calls through lines (allreduce of 16 and 400 bytes, a
-// small and a full slot; allgather and reduce_scatter of 100-byte blocks),
+// small and a medium slot; allgather and reduce_scatter of 100-byte blocks),
 // one rank late now and then: a slot's lines from the operation one ring
 // before carry the same signature; the id and the history in their flags
 // tell them from this call's. Either alone does, so this catches the loss
