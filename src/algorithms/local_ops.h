@@ -181,7 +181,7 @@ class AreaOp {
   }
   const transport::SlotHeader* ring_header(int local_index, transport::Ring r) const {
     return group_->areas[static_cast<size_t>(local_index)].ring_slot(
-        r, static_cast<int>(id_ % static_cast<uint64_t>(transport::RingDepth(r))));
+        r, static_cast<int>(id_ & static_cast<uint64_t>(transport::RingDepth(r) - 1)));
   }
   uint8_t* data_of(int local_index) const {
     return group_->areas[static_cast<size_t>(local_index)].ring_data(ring_, slot_);
