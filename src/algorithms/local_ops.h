@@ -67,8 +67,9 @@ class AreaOp {
   static constexpr uint64_t kWholeSlot = UINT64_MAX;
   Status WaitFor(int local_index, uint64_t reads = kWholeSlot);
   Status WaitAll(uint64_t reads = kWholeSlot);
-  // Allreduces of up to kLinesMaxBytes travel in flagged lines instead of
-  // the slot's payload (PublishLines, WaitLines, ReadLines): the header goes
+  // Allreduces of up to kLinesMaxBytes (less on some hosts:
+  // AllreduceLinesMaxBytes) travel in flagged lines instead of the slot's
+  // payload (PublishLines, WaitLines, ReadLines): the header goes
   // first, then each of the slot's lines after the header's carries
   // kLinePayload bytes and, written after them, a flag word naming the
   // operation. A reader polls every line at once, so no line is fetched

@@ -360,6 +360,12 @@ TEST(SwitchPointsTest, AmdZen5HoldsTheSlotsTo64KiBAndStagesStreamingFirst) {
   }
   EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen5, false), 512 * kKiB);
   EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen5, true), 4 * kMiB);
+  // Allreduces in flagged lines: up to 512 bytes on the Intel table, up to
+  // what the lines hold on the AMD ones.
+  EXPECT_EQ(algorithms::AllreduceLinesMaxBytes(SwitchTable::kIntel), 512u);
+  for (const auto table : {SwitchTable::kAmd, SwitchTable::kAmdZen4, SwitchTable::kAmdZen5}) {
+    EXPECT_EQ(algorithms::AllreduceLinesMaxBytes(table), algorithms::AreaOp::kLinesMaxBytes);
+  }
 }
 
 // Zen 5 is family 26 (0x1a), whatever the model; Zen 3 and 4 (family 25)

@@ -17,6 +17,7 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/local_ops.h"
 #include "algorithms/patterns/blocks.h"
+#include "algorithms/switch_points.h"
 
 namespace choir::algorithms {
 namespace {
@@ -176,7 +177,8 @@ Status AllreduceLines(AreaOp& op, Context& c, const OpArgs& a, size_t bytes) {
 // them for allreduce, the root for reduce) combine every slot.
 Status ReduceSlots(Context& c, const OpArgs& a, bool want_result) {
   const size_t bytes = a.count * c.elem_size();
-  const bool lines = a.kind == CollKind::kAllreduce && AreaOp::LinesFit(bytes);
+  const bool lines = a.kind == CollKind::kAllreduce && AreaOp::LinesFit(bytes) &&
+                     bytes <= AllreduceLinesMaxBytes(c.HostSwitchTable());
   AreaOp op(c, lines ? AreaOp::LineLayoutBytes(bytes) : FlatSlotBytes(a, c.size()));
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   // Lines for allreduce alone: in the one-directional streams of reduce and

@@ -240,6 +240,8 @@ SwitchTable SwitchTableFor(std::string_view setting) {
   return IsZen5(cpu) ? SwitchTable::kAmdZen5 : SwitchTable::kAmd;
 }
 
+uint64_t AllreduceLinesMaxBytes(SwitchTable table) { return table == SwitchTable::kIntel ? 512 : 1024; }
+
 SwitchTable ConfiguredSwitchTable() { return SwitchTableFor(params::GetString(params::Id::kShmTuning)); }
 
 SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool shares_cpus) {

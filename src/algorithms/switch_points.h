@@ -74,6 +74,18 @@ bool StagingStreamsFirst(SwitchTable table, bool shares_cpus);
 // the same published affinities, so they agree.
 uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus);
 
+// The largest allreduce payload that travels in flagged lines rather than
+// through the slot's payload (shm_flat.cc; AreaOp::LinesFit caps it at
+// the lines a medium slot holds, 1 KiB): 1 KiB on the AMD tables, measured
+// on Zen 5 (lines 0.75x of the slots' time at 1 KiB); 512 bytes on the
+// Intel table, where at 1 KiB the slots, in the ring of medium slots, were
+// level with the lines or ahead in every pass (2 ranks: 0.83x-0.99x of the
+// lines' time; 4 ranks on 2 cores: 1.17x-1.51x their busbw) while the lines
+// stayed ahead at 512 bytes with a core per rank (the slots 1.11x of their
+// time; docs/performance-log.md, "A fair timed loop in `choir perf`").
+// Every rank of a host has the same table, so they take the same path.
+uint64_t AllreduceLinesMaxBytes(SwitchTable table);
+
 // What combining a byte of an input costs in cma's reduce, as a share of
 // copying a byte between processes: it sets how much larger the root's slice
 // is than the others' (cma.cc, ReduceSlices). `shared`: every copy goes

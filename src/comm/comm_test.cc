@@ -605,73 +605,78 @@ TEST(CommTopologyTest, BadTopologyFileFailsCreationWithItsLine) {
 
 // Small allreduces travel in flagged lines (AreaOp::PublishLines): exact
 // results at the lines' edges (56 bytes each; up to 392 bytes in a small
-// slot, up to 1 KiB in a full one, the slot's payload beyond), for 1-byte,
+// slot, up to 1 KiB in a medium one, the slot's payload beyond), for 1-byte,
 // 4-byte and 8-byte elements, in place and not, 2-5 ranks (5 gather more
-// than the reader's stack buffer holds). Between the allreduces one or two
+// than the reader's stack buffer holds), under the Intel table (lines up
+// to 512 bytes, the slot's payload from 513: AllreduceLinesMaxBytes) and
+// the Zen 5 one (lines up to 1 KiB). Between the allreduces one or two
 // allgathers (in turn, so that both kinds of operation take every slot)
 // of a size in the same ring leave the slots' own layout in the lines, and
 // every call's values differ from the last one's, so a reader that took
 // stale lines fails.
 TEST(CommFlatTest, AllreducesThroughFlaggedLinesAreExact) {
-  for (int n : {2, 3, 4, 5}) {
-    auto results = RunRanks(n, [n](Communicator& comm) -> Status {
-      const int me = comm.rank();
-      int call = 0;
-      for (const DataType t : {DataType::kInt8, DataType::kFloat32, DataType::kInt64}) {
-        const size_t es = DataTypeSize(t);
-        for (size_t bytes : {1, 8, 55, 56, 57, 112, 113, 200, 392, 400, 1000, 1024, 1032}) {
-          const size_t count = std::max<size_t>(1, bytes / es);
-          for (bool in_place : {false, true}) {
-            ++call;
-            // Element j of rank r holds (j + r + call) % 5 + 1: sums stay small.
-            std::vector<uint8_t> in(count * es), out(count * es, 0xee);
-            auto value = [&](size_t j, int r) {
-              return static_cast<int64_t>((j + static_cast<size_t>(r + call)) % 5 + 1);
-            };
-            for (size_t j = 0; j < count; ++j) {
-              const int64_t v = value(j, me);
-              if (t == DataType::kInt8) in[j] = static_cast<uint8_t>(v);
-              if (t == DataType::kFloat32) reinterpret_cast<float*>(in.data())[j] = static_cast<float>(v);
-              if (t == DataType::kInt64) reinterpret_cast<int64_t*>(in.data())[j] = v;
-            }
-            uint8_t* dst = in_place ? in.data() : out.data();
-            Work w = comm.Allreduce(in.data(), dst, count, t, ReduceOp::kSum);
-            CHOIR_RETURN_IF_ERROR(w.Wait());
-            if (w.info().algorithm != "shm_flat") {
-              return Status(Code::kInternal, fmt::format("{} B ran {}, not shm_flat", bytes, w.info().algorithm));
-            }
-            for (size_t j = 0; j < count; ++j) {
-              int64_t want = 0;
-              for (int r = 0; r < n; ++r) want += value(j, r);
-              int64_t got = 0;
-              if (t == DataType::kInt8) got = static_cast<int8_t>(dst[j]);
-              if (t == DataType::kFloat32) got = static_cast<int64_t>(reinterpret_cast<const float*>(dst)[j]);
-              if (t == DataType::kInt64) got = reinterpret_cast<const int64_t*>(dst)[j];
-              if (got != want) {
-                return Status(Code::kInternal, fmt::format("{} B of {}{}: element {} is {}, want {}", bytes,
-                                                           DataTypeName(t), in_place ? " in place" : "", j, got, want));
+  for (const char* tuning : {"intel", "amd-zen5"}) {
+    params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);
+    for (int n : {2, 3, 4, 5}) {
+      auto results = RunRanks(n, [n](Communicator& comm) -> Status {
+        const int me = comm.rank();
+        int call = 0;
+        for (const DataType t : {DataType::kInt8, DataType::kFloat32, DataType::kInt64}) {
+          const size_t es = DataTypeSize(t);
+          for (size_t bytes : {1, 8, 55, 56, 57, 112, 113, 200, 392, 400, 1000, 1024, 1032}) {
+            const size_t count = std::max<size_t>(1, bytes / es);
+            for (bool in_place : {false, true}) {
+              ++call;
+              // Element j of rank r holds (j + r + call) % 5 + 1: sums stay small.
+              std::vector<uint8_t> in(count * es), out(count * es, 0xee);
+              auto value = [&](size_t j, int r) {
+                return static_cast<int64_t>((j + static_cast<size_t>(r + call)) % 5 + 1);
+              };
+              for (size_t j = 0; j < count; ++j) {
+                const int64_t v = value(j, me);
+                if (t == DataType::kInt8) in[j] = static_cast<uint8_t>(v);
+                if (t == DataType::kFloat32) reinterpret_cast<float*>(in.data())[j] = static_cast<float>(v);
+                if (t == DataType::kInt64) reinterpret_cast<int64_t*>(in.data())[j] = v;
               }
-            }
-            // Allgathers in the allreduce's ring (small slots up to 480
-            // bytes of payload, full ones beyond), with the slots' layout
-            // (blocks of 2-5 lines would travel in lines).
-            const size_t block_bytes = count * es <= 392 ? std::max<size_t>(count * es, 300) : 600;
-            for (int k = 0; k < 1 + call % 2; ++k) {
-              std::vector<uint8_t> block(block_bytes, static_cast<uint8_t>(0x40 + me + call)), all(block_bytes * n);
-              CHOIR_RETURN_IF_ERROR(comm.Allgather(block.data(), all.data(), block_bytes, DataType::kUint8).Wait());
-              for (size_t i = 0; i < all.size(); ++i) {
-                if (all[i] != static_cast<uint8_t>(0x40 + i / block_bytes + call)) {
-                  return Status(Code::kInternal, "allgather between the allreduces");
+              uint8_t* dst = in_place ? in.data() : out.data();
+              Work w = comm.Allreduce(in.data(), dst, count, t, ReduceOp::kSum);
+              CHOIR_RETURN_IF_ERROR(w.Wait());
+              if (w.info().algorithm != "shm_flat") {
+                return Status(Code::kInternal, fmt::format("{} B ran {}, not shm_flat", bytes, w.info().algorithm));
+              }
+              for (size_t j = 0; j < count; ++j) {
+                int64_t want = 0;
+                for (int r = 0; r < n; ++r) want += value(j, r);
+                int64_t got = 0;
+                if (t == DataType::kInt8) got = static_cast<int8_t>(dst[j]);
+                if (t == DataType::kFloat32) got = static_cast<int64_t>(reinterpret_cast<const float*>(dst)[j]);
+                if (t == DataType::kInt64) got = reinterpret_cast<const int64_t*>(dst)[j];
+                if (got != want) {
+                  return Status(Code::kInternal, fmt::format("{} B of {}{}: element {} is {}, want {}", bytes,
+                                                             DataTypeName(t), in_place ? " in place" : "", j, got, want));
+                }
+              }
+              // Allgathers in the allreduce's ring (small slots up to 480
+              // bytes of payload, full ones beyond), with the slots' layout
+              // (blocks of 2-5 lines would travel in lines).
+              const size_t block_bytes = count * es <= 392 ? std::max<size_t>(count * es, 300) : 600;
+              for (int k = 0; k < 1 + call % 2; ++k) {
+                std::vector<uint8_t> block(block_bytes, static_cast<uint8_t>(0x40 + me + call)), all(block_bytes * n);
+                CHOIR_RETURN_IF_ERROR(comm.Allgather(block.data(), all.data(), block_bytes, DataType::kUint8).Wait());
+                for (size_t i = 0; i < all.size(); ++i) {
+                  if (all[i] != static_cast<uint8_t>(0x40 + i / block_bytes + call)) {
+                    return Status(Code::kInternal, "allgather between the allreduces");
+                  }
                 }
               }
             }
           }
         }
-      }
-      return Status::Ok();
-    }, TransportOptions("shm", 30s));
-    SCOPED_TRACE(n);
-    ExpectAllOk(results);
+        return Status::Ok();
+      }, TransportOptions("shm", 30s));
+      SCOPED_TRACE(std::to_string(n) + " ranks, CHOIR_SHM_TUNING=" + tuning);
+      ExpectAllOk(results);
+    }
   }
 }
 
