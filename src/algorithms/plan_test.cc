@@ -362,10 +362,16 @@ TEST(SwitchPointsTest, AmdZen5HoldsTheSlotsTo64KiBAndStagesStreamingFirst) {
   EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen5, true), 4 * kMiB);
   // Allreduces in flagged lines: up to 512 bytes on the Intel table, up to
   // what the lines hold on the AMD ones.
+  // And a reduce_scatter's blocks: up to 3 lines on the Intel table, 5 on
+  // the AMD ones (the most AreaOp::BlockLinesFit takes).
   EXPECT_EQ(algorithms::AllreduceLinesMaxBytes(SwitchTable::kIntel), 512u);
+  EXPECT_EQ(algorithms::ReduceScatterLinesMaxBlock(SwitchTable::kIntel), 3 * algorithms::AreaOp::kLinePayload);
   for (const auto table : {SwitchTable::kAmd, SwitchTable::kAmdZen4, SwitchTable::kAmdZen5}) {
     EXPECT_EQ(algorithms::AllreduceLinesMaxBytes(table), algorithms::AreaOp::kLinesMaxBytes);
+    EXPECT_EQ(algorithms::ReduceScatterLinesMaxBlock(table), 5 * algorithms::AreaOp::kLinePayload);
   }
+  EXPECT_TRUE(algorithms::AreaOp::BlockLinesFit(5 * algorithms::AreaOp::kLinePayload, 2));
+  EXPECT_FALSE(algorithms::AreaOp::BlockLinesFit(5 * algorithms::AreaOp::kLinePayload + 1, 2));
 }
 
 // Zen 5 is family 26 (0x1a), whatever the model; Zen 3 and 4 (family 25)

@@ -212,7 +212,7 @@ Status ReduceFlat(Context& c, const OpArgs& a) { return ReduceSlots(c, a, c.rank
 
 Status ReduceScatterFlat(Context& c, const OpArgs& a) {
   const size_t block = a.count * c.elem_size();
-  const bool lines = AreaOp::BlockLinesFit(block, c.size());
+  const bool lines = AreaOp::BlockLinesFit(block, c.size()) && block <= ReduceScatterLinesMaxBlock(c.HostSwitchTable());
   AreaOp op(c, lines ? AreaOp::LineLayoutBytes(block, c.size()) : FlatSlotBytes(a, c.size()));
   const size_t n = static_cast<size_t>(op.size());
   const size_t me = static_cast<size_t>(c.rank());

@@ -1,6 +1,7 @@
 #include "algorithms/switch_points.h"
 
 #include "algorithms/algorithms.h"
+#include "algorithms/local_ops.h"
 #include "params/params.h"
 #include "topology/machine.h"
 
@@ -240,7 +241,13 @@ SwitchTable SwitchTableFor(std::string_view setting) {
   return IsZen5(cpu) ? SwitchTable::kAmdZen5 : SwitchTable::kAmd;
 }
 
-uint64_t AllreduceLinesMaxBytes(SwitchTable table) { return table == SwitchTable::kIntel ? 512 : 1024; }
+uint64_t AllreduceLinesMaxBytes(SwitchTable table) {
+  return table == SwitchTable::kIntel ? 512 : AreaOp::kLinesMaxBytes;
+}
+
+uint64_t ReduceScatterLinesMaxBlock(SwitchTable table) {
+  return (table == SwitchTable::kIntel ? 3 : 5) * AreaOp::kLinePayload;
+}
 
 SwitchTable ConfiguredSwitchTable() { return SwitchTableFor(params::GetString(params::Id::kShmTuning)); }
 

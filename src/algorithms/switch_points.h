@@ -85,6 +85,15 @@ uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus);
 // time; docs/performance-log.md, "A fair timed loop in `choir perf`").
 // Every rank of a host has the same table, so they take the same path.
 uint64_t AllreduceLinesMaxBytes(SwitchTable table);
+// The same for a reduce_scatter's blocks (AreaOp::BlockLinesFit caps them
+// at 5 lines, 280 bytes): on the AMD tables as far as that, measured on Zen
+// 5; on the Intel table up to 3 lines (168 bytes), since with 2 ranks
+// blocks of 256 bytes took 0.82x-0.87x of the lines' time through the
+// slots in two passes of 7 launches (and 1.15x-1.24x the busbw with 4
+// ranks on 2 cores, one pass), while blocks of 64 and 128 bytes were level
+// (0.96x-1.02x); blocks of 4 lines were not measured and take the slots
+// (docs/performance-log.md, "A fair timed loop in `choir perf`").
+uint64_t ReduceScatterLinesMaxBlock(SwitchTable table);
 
 // What combining a byte of an input costs in cma's reduce, as a share of
 // copying a byte between processes: it sets how much larger the root's slice

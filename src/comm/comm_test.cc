@@ -738,69 +738,74 @@ TEST(CommFlatTest, EqualCallsThroughLinesNeverTakeStaleLines) {
 // not, 2-5 ranks, with blocks just outside the bound (slots) and allreduces
 // (lines too, of other sizes) in between, so that every slot of the ring
 // holds other operations' lines and the slots' layout in turn; every call's
-// values differ from the last one's.
+// values differ from the last one's. Under the Intel table (a
+// reduce_scatter's blocks in lines up to 3 of them, 168 bytes:
+// ReduceScatterLinesMaxBlock) and the Zen 5 one (up to 5).
 TEST(CommFlatTest, AllgathersAndReduceScattersThroughFlaggedLinesAreExact) {
-  for (int n : {2, 3, 4, 5}) {
-    auto results = RunRanks(n, [n](Communicator& comm) -> Status {
-      const int me = comm.rank();
-      const auto rows = static_cast<size_t>(n);
-      int call = 0;
-      for (int round = 0; round < 3; ++round) {
-        for (size_t block : {56, 57, 64, 112, 113, 200, 280, 281}) {
-          for (bool in_place : {false, true}) {
-            ++call;
-            auto value = [&](size_t i, int r) { return static_cast<uint8_t>(i * 7 + static_cast<size_t>(r * 31 + call)); };
-            std::vector<uint8_t> in(block), all(block * rows, 0xee);
-            for (size_t i = 0; i < block; ++i) in[i] = value(i, me);
-            uint8_t* own = all.data() + static_cast<size_t>(me) * block;
-            if (in_place) std::copy(in.begin(), in.end(), own);
-            Work w = comm.Allgather(in_place ? own : in.data(), all.data(), block, DataType::kUint8);
-            CHOIR_RETURN_IF_ERROR(w.Wait());
-            if (w.info().algorithm != "shm_flat") {
-              return Status(Code::kInternal, fmt::format("{} B ran {}, not shm_flat", block, w.info().algorithm));
-            }
-            for (size_t i = 0; i < all.size(); ++i) {
-              const uint8_t want = value(i % block, static_cast<int>(i / block));
-              if (all[i] != want) {
-                return Status(Code::kInternal, fmt::format("{} B blocks{}, call {}: byte {} is {}, want {}", block,
-                                                           in_place ? " in place" : "", call, i, all[i], want));
+  for (const char* tuning : {"intel", "amd-zen5"}) {
+    params::ScopedOverride table("CHOIR_SHM_TUNING", tuning);
+    for (int n : {2, 3, 4, 5}) {
+      auto results = RunRanks(n, [n](Communicator& comm) -> Status {
+        const int me = comm.rank();
+        const auto rows = static_cast<size_t>(n);
+        int call = 0;
+        for (int round = 0; round < 3; ++round) {
+          for (size_t block : {56, 57, 64, 112, 113, 168, 169, 200, 280, 281}) {
+            for (bool in_place : {false, true}) {
+              ++call;
+              auto value = [&](size_t i, int r) { return static_cast<uint8_t>(i * 7 + static_cast<size_t>(r * 31 + call)); };
+              std::vector<uint8_t> in(block), all(block * rows, 0xee);
+              for (size_t i = 0; i < block; ++i) in[i] = value(i, me);
+              uint8_t* own = all.data() + static_cast<size_t>(me) * block;
+              if (in_place) std::copy(in.begin(), in.end(), own);
+              Work w = comm.Allgather(in_place ? own : in.data(), all.data(), block, DataType::kUint8);
+              CHOIR_RETURN_IF_ERROR(w.Wait());
+              if (w.info().algorithm != "shm_flat") {
+                return Status(Code::kInternal, fmt::format("{} B ran {}, not shm_flat", block, w.info().algorithm));
               }
-            }
-            // A reduce_scatter of the same blocks: rank r's byte i of block b
-            // is (i + b + r + call) % 5 + 1, so the sums stay below 2^7.
-            auto part = [&](size_t i, size_t b, int r) {
-              return static_cast<int8_t>((i + b + static_cast<size_t>(r + call)) % 5 + 1);
-            };
-            std::vector<int8_t> full(block * rows), mine(block, 99);
-            for (size_t i = 0; i < full.size(); ++i) full[i] = part(i % block, i / block, me);
-            int8_t* dst = in_place ? full.data() + static_cast<size_t>(me) * block : mine.data();
-            Work rs = comm.ReduceScatter(full.data(), dst, block, DataType::kInt8, ReduceOp::kSum);
-            CHOIR_RETURN_IF_ERROR(rs.Wait());
-            if (rs.info().algorithm != "shm_flat") {
-              return Status(Code::kInternal, fmt::format("reduce_scatter of {} B ran {}", block, rs.info().algorithm));
-            }
-            for (size_t i = 0; i < block; ++i) {
-              int want = 0;
-              for (int r = 0; r < n; ++r) want += part(i, static_cast<size_t>(me), r);
-              if (dst[i] != want) {
-                return Status(Code::kInternal, fmt::format("reduce_scatter of {} B{}, call {}: byte {} is {}, want {}",
-                                                           block, in_place ? " in place" : "", call, i, dst[i], want));
+              for (size_t i = 0; i < all.size(); ++i) {
+                const uint8_t want = value(i % block, static_cast<int>(i / block));
+                if (all[i] != want) {
+                  return Status(Code::kInternal, fmt::format("{} B blocks{}, call {}: byte {} is {}, want {}", block,
+                                                             in_place ? " in place" : "", call, i, all[i], want));
+                }
               }
-            }
-            // An allreduce of another size in the same ring: lines of its own.
-            std::vector<int32_t> x(block / 8 + 1, call + me), sum(x.size());
-            CHOIR_RETURN_IF_ERROR(comm.Allreduce(x.data(), sum.data(), x.size(), DataType::kInt32, ReduceOp::kSum).Wait());
-            const int32_t want_sum = n * call + n * (n - 1) / 2;
-            for (int32_t v : sum) {
-              if (v != want_sum) return Status(Code::kInternal, fmt::format("allreduce between: {} not {}", v, want_sum));
+              // A reduce_scatter of the same blocks: rank r's byte i of block b
+              // is (i + b + r + call) % 5 + 1, so the sums stay below 2^7.
+              auto part = [&](size_t i, size_t b, int r) {
+                return static_cast<int8_t>((i + b + static_cast<size_t>(r + call)) % 5 + 1);
+              };
+              std::vector<int8_t> full(block * rows), mine(block, 99);
+              for (size_t i = 0; i < full.size(); ++i) full[i] = part(i % block, i / block, me);
+              int8_t* dst = in_place ? full.data() + static_cast<size_t>(me) * block : mine.data();
+              Work rs = comm.ReduceScatter(full.data(), dst, block, DataType::kInt8, ReduceOp::kSum);
+              CHOIR_RETURN_IF_ERROR(rs.Wait());
+              if (rs.info().algorithm != "shm_flat") {
+                return Status(Code::kInternal, fmt::format("reduce_scatter of {} B ran {}", block, rs.info().algorithm));
+              }
+              for (size_t i = 0; i < block; ++i) {
+                int want = 0;
+                for (int r = 0; r < n; ++r) want += part(i, static_cast<size_t>(me), r);
+                if (dst[i] != want) {
+                  return Status(Code::kInternal, fmt::format("reduce_scatter of {} B{}, call {}: byte {} is {}, want {}",
+                                                             block, in_place ? " in place" : "", call, i, dst[i], want));
+                }
+              }
+              // An allreduce of another size in the same ring: lines of its own.
+              std::vector<int32_t> x(block / 8 + 1, call + me), sum(x.size());
+              CHOIR_RETURN_IF_ERROR(comm.Allreduce(x.data(), sum.data(), x.size(), DataType::kInt32, ReduceOp::kSum).Wait());
+              const int32_t want_sum = n * call + n * (n - 1) / 2;
+              for (int32_t v : sum) {
+                if (v != want_sum) return Status(Code::kInternal, fmt::format("allreduce between: {} not {}", v, want_sum));
+              }
             }
           }
         }
-      }
-      return Status::Ok();
-    }, TransportOptions("shm", 30s));
-    SCOPED_TRACE(n);
-    ExpectAllOk(results);
+        return Status::Ok();
+      }, TransportOptions("shm", 30s));
+      SCOPED_TRACE(std::to_string(n) + " ranks, CHOIR_SHM_TUNING=" + tuning);
+      ExpectAllOk(results);
+    }
   }
 }
 
