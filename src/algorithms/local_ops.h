@@ -91,8 +91,9 @@ class AreaOp {
   }
   void PublishLines(const void* src, uint64_t bytes);
   // An allgather's and a reduce_scatter's blocks travel in lines when each
-  // takes 2 to 5 of them (57-280 bytes) and all `blocks` a rank writes fit
-  // any full slot (one for an allgather, the ranks' for a reduce_scatter):
+  // takes 2 to 5 of them (57-280 bytes; a reduce_scatter's only up to its
+  // host table's ReduceScatterLinesMaxBlock) and all `blocks` a rank writes
+  // fit any full slot (one for an allgather, the ranks' for a reduce_scatter):
   // every block starts a line of its own (block b at line b *
   // LinesOf(block)), so that a reader polls and reads only the lines of the
   // block it wants of each peer. On the Zen 5 VM, 2 ranks, median mean time

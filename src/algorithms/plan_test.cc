@@ -361,7 +361,7 @@ TEST(SwitchPointsTest, AmdZen5HoldsTheSlotsTo64KiBAndStagesStreamingFirst) {
   EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen5, false), 512 * kKiB);
   EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen5, true), 4 * kMiB);
   // Allreduces in flagged lines: up to 512 bytes on the Intel table, up to
-  // what the lines hold on the AMD ones.
+  // AreaOp::kLinesMaxBytes (1 KiB) on the AMD ones.
   // And a reduce_scatter's blocks: up to 3 lines on the Intel table, 5 on
   // the AMD ones (the most AreaOp::BlockLinesFit takes).
   EXPECT_EQ(algorithms::AllreduceLinesMaxBytes(SwitchTable::kIntel), 512u);

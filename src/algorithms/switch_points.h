@@ -76,7 +76,7 @@ uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus);
 
 // The largest allreduce payload that travels in flagged lines rather than
 // through the slot's payload (shm_flat.cc; AreaOp::LinesFit caps it at
-// the lines a medium slot holds, 1 KiB): 1 KiB on the AMD tables, measured
+// AreaOp::kLinesMaxBytes, 1 KiB): 1 KiB on the AMD tables, measured
 // on Zen 5 (lines 0.75x of the slots' time at 1 KiB); 512 bytes on the
 // Intel table, where at 1 KiB the slots, in the ring of medium slots, were
 // level with the lines or ahead in every pass (2 ranks: 0.83x-0.99x of the

@@ -623,7 +623,7 @@ TEST(CommFlatTest, AllreducesThroughFlaggedLinesAreExact) {
         int call = 0;
         for (const DataType t : {DataType::kInt8, DataType::kFloat32, DataType::kInt64}) {
           const size_t es = DataTypeSize(t);
-          for (size_t bytes : {1, 8, 55, 56, 57, 112, 113, 200, 392, 400, 1000, 1024, 1032}) {
+          for (size_t bytes : {1, 8, 55, 56, 57, 112, 113, 200, 392, 400, 512, 513, 1000, 1024, 1032}) {
             const size_t count = std::max<size_t>(1, bytes / es);
             for (bool in_place : {false, true}) {
               ++call;
