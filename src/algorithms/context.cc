@@ -62,7 +62,8 @@ GroupView Context::View() const {
 }
 
 SwitchTable Context::HostSwitchTable() const {
-  return ParseSwitchTable(local_group()->tuning).value_or(SwitchTable::kIntel);
+  if (!host_table_) host_table_ = ParseSwitchTable(local_group()->tuning).value_or(SwitchTable::kIntel);
+  return *host_table_;
 }
 
 Context Context::WithOp(ReduceOp op) const {

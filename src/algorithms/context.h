@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -78,6 +79,9 @@ class Context {
   GroupView View() const;
   // The same-host switch-point table of this host's ranks (the one View()
   // gives), without building the whole view. Only for a group on one host.
+  // Parsed once per context: a repeated call's plan keeps its context, so
+  // the small calls that ask on every call (shm_flat's flagged lines) parse
+  // it once.
   SwitchTable HostSwitchTable() const;
   // Selection settings, for algorithms that choose their own sub-steps.
   const SelectConfig* select_config() const { return select_; }
@@ -154,6 +158,7 @@ class Context {
   LinkCost intra_host_{1e-6, 10e9};
   LinkCost inter_host_{20e-6, 3e9};
   const SelectConfig* select_ = nullptr;
+  mutable std::optional<SwitchTable> host_table_;  // HostSwitchTable(), once asked
   WalkChooser* walk_chooser_ = nullptr;
   StagingChooser* staging_chooser_ = nullptr;
   std::vector<int> ranks_;  // empty: identity over the whole communicator
