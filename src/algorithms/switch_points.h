@@ -89,10 +89,12 @@ uint64_t AllreduceLinesMaxBytes(SwitchTable table);
 // at 5 lines, 280 bytes): on the AMD tables as far as that, measured on Zen
 // 5; on the Intel table up to 3 lines (168 bytes), since with 2 ranks
 // blocks of 256 bytes took 0.82x-0.87x of the lines' time through the
-// slots in two passes of 7 launches (and 1.15x-1.24x the busbw with 4
-// ranks on 2 cores, one pass), while blocks of 64 and 128 bytes were level
-// (0.96x-1.02x); blocks of 4 lines were not measured and take the slots
-// (docs/performance-log.md, "A fair timed loop in `choir perf`").
+// slots in two passes of 7 launches, while blocks of 64 and 128 bytes were
+// level (0.96x-1.02x); with 4 ranks on 2 cores (one pass of 3 launches)
+// the slots had 1.15x-1.24x the busbw at blocks of 64-256 bytes, too noisy
+// a pass to move the smaller blocks as well. Blocks of 4 lines were not
+// measured and take the slots (docs/performance-log.md, "A fair timed loop
+// in `choir perf`").
 uint64_t ReduceScatterLinesMaxBlock(SwitchTable table);
 
 // What combining a byte of an input costs in cma's reduce, as a share of
