@@ -655,13 +655,13 @@ class PerfCommand : public Subcommand {
     if (all_got == 0) return Status(Code::kShmError, "another rank could not allocate its --buffers " + buffers_ + " buffers");
     CallOptions call;
     call.algorithm = algo_;
-    const PerfOp index = OpOf(op);
-    for (int64_t i = 0; i < warmup_; ++i) CHOIR_RETURN_IF_ERROR(Issue(c, index, t, rop, count, call).Wait());
+    const PerfOp which = OpOf(op);
+    for (int64_t i = 0; i < warmup_; ++i) CHOIR_RETURN_IF_ERROR(Issue(c, which, t, rop, count, call).Wait());
     // Rank 0 decides the iteration count so that every rank runs the same number.
     int64_t iters = iters_;
     if (iters == 0) {
       const int64_t t0 = NowNanos();
-      Work w = Issue(c, index, t, rop, count, call);
+      Work w = Issue(c, which, t, rop, count, call);
       CHOIR_RETURN_IF_ERROR(w.Wait());
       const double one = std::max(1e-7, static_cast<double>(NowNanos() - t0) * 1e-9);
       iters = std::clamp<int64_t>(static_cast<int64_t>(time_per_size_ / one), 5, kMaxIters);
@@ -672,7 +672,7 @@ class PerfCommand : public Subcommand {
     const bool every_route = s->bytes >= kRoutesMinBytes;
     for (int64_t i = 0; i < iters; ++i) {
       const int64_t t0 = NowNanos();
-      Work w = Issue(c, index, t, rop, count, call);
+      Work w = Issue(c, which, t, rop, count, call);
       CHOIR_RETURN_IF_ERROR(w.Wait());
       mine[static_cast<size_t>(i)] = static_cast<double>(NowNanos() - t0) * 1e-3;
       if (i == 0 || every_route) {
