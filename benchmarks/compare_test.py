@@ -146,5 +146,62 @@ class EverySizeTarget(unittest.TestCase):
         self.assertEqual(rows_of(lines, "| every size"), [])
 
 
+class ScalingTarget(unittest.TestCase):
+    """choir's N-rank share of its 2-rank allreduce, and the memory ceiling's own share beside it."""
+
+    class Args:
+        ranks = 4
+
+    @staticmethod
+    def results(with_ceiling):
+        res = compare.Results()
+        mib = 1 << 20
+        # Two repeats; heap: 16 MiB at 60 % and 50 %, 64 MiB at 80 % and 75 %; SharedBuffer: 16 MiB at 55 %.
+        for rep, (two16, four16, two64, four64) in enumerate([(10.0, 6.0, 8.0, 6.4), (12.0, 6.0, 8.0, 6.0)]):
+            res.add_scaling("choir", 2, rep, [sweep("allreduce", [(16 * mib, two16, None), (64 * mib, two64, None)])])
+            res.add_scaling("choir", 4, rep, [sweep("allreduce", [(16 * mib, four16, None), (64 * mib, four64, None)])])
+            res.add_scaling("choir-shared", 2, rep, [sweep("allreduce", [(16 * mib, 9.0, None)])])
+            res.add_scaling("choir-shared", 4, rep, [sweep("allreduce", [(16 * mib, 4.95, None)])])
+            if with_ceiling:
+                # The ceiling: 16 MiB at 50 % and 40 %, 64 MiB at 75 % in both; a refused row is skipped.
+                res.add_scaling_ceiling(2, rep, [{"results": [
+                    {"op": "allreduce", "bytes": 16 * mib, "busbw_gbps": 14.0},
+                    {"op": "allreduce", "bytes": 64 * mib, "busbw_gbps": 8.0}]}])
+                res.add_scaling_ceiling(4, rep, [{"results": [
+                    {"op": "allreduce", "bytes": 16 * mib, "busbw_gbps": 7.0 if rep == 0 else 5.6},
+                    {"op": "allreduce", "bytes": 64 * mib, "busbw_gbps": 6.0},
+                    {"op": "allreduce", "bytes": 256 * mib, "refused": True}]}])
+        return res
+
+    def test_the_ceilings_share_is_tabled_paired_and_named_where_the_target_is_missed(self):
+        res = self.results(with_ceiling=True)
+        lines, shares = compare.scaling_table(self.Args, res)
+        self.assertEqual(shares, {("choir", 16 << 20): 0.55, ("choir", 64 << 20): 0.775,
+                                  ("choir-shared", 16 << 20): 0.55})
+        self.assertEqual(lines[0], "| buffers | bytes | 2 ranks | 4 ranks | 4 ranks / 2 ranks, paired launches | "
+                                   "70% of 2 ranks / 4-process ceiling |")
+        # 70 % of choir's 2-rank median (11.0) is 7.7: 122 % of the 4-process ceiling's median (6.3), and
+        # above its faster launch (7.0); the SharedBuffer column's 6.3 is 100 %, below that launch.
+        self.assertEqual(lines[2], "| heap | 16 MiB | 11 (10–12) | 6 (6–6) | 55% (50%–60%) | 122%, above every launch |")
+        self.assertEqual(lines[3], "| heap | 64 MiB | 8 (8–8) | 6.2 (6–6.4) | 78% (75%–80%) | 93% |")
+        self.assertEqual(lines[4], "| SharedBuffer | 16 MiB | 9 (9–9) | 4.95 (4.95–4.95) | 55% (55%–55%) | 100% |")
+        self.assertIn("| 16 MiB | 14 (14–14) | 6.3 (5.6–7) | 45% (40%–50%) |", lines)
+        self.assertIn("| 64 MiB | 8 (8–8) | 6 (6–6) | 75% (75%–75%) |", lines)
+        self.assertFalse(any(x.startswith("| 256 MiB") for x in lines))
+        rows = rows_of(compare.targets_section(res, {}, ["choir", "choir-shared"], shares, 4), "| 4 ranks")
+        self.assertEqual(rows, [
+            "| 4 ranks: allreduce busbw ≥ 70% of 2 ranks | heap | 16 MiB, 64 MiB | 55% – 78% | no: 16 MiB asks 122% of "
+            "the 4-process memory ceiling, above every launch of it, and the ceiling itself scales 45% there |",
+            "| 4 ranks: allreduce busbw ≥ 70% of 2 ranks | SharedBuffer | 16 MiB | 55% – 55% | no: 16 MiB asks 100% of "
+            "the 4-process memory ceiling, and the ceiling itself scales 45% there |"])
+
+    def test_without_the_ceiling_the_table_and_the_verdict_are_as_before(self):
+        res = self.results(with_ceiling=False)
+        lines, shares = compare.scaling_table(self.Args, res)
+        self.assertEqual(lines[0], "| buffers | bytes | 2 ranks | 4 ranks | 4 ranks / 2 ranks, paired launches |")
+        self.assertEqual(len(lines), 5)
+        rows = rows_of(compare.targets_section(res, {}, ["choir"], shares, 4), "| 4 ranks")
+        self.assertEqual(rows, ["| 4 ranks: allreduce busbw ≥ 70% of 2 ranks | heap | 16 MiB, 64 MiB | 55% – 78% | no |"])
+
 if __name__ == "__main__":
     unittest.main()

@@ -5,7 +5,10 @@
 // from a cache —
 // on private buffers, at the same time, with choir's own copy and reduce
 // kernels, and no communication at all. The slowest process's time per
-// iteration gives the bus bandwidth nccl-tests would report for it.
+// iteration gives the bus bandwidth nccl-tests would report for it. With
+// more processes than CPUs each one times an iteration from the moment the
+// last one arrived at the barrier before it, so that the slowest time spans
+// all of their work on the shared CPUs.
 //
 //   bin/choir_memory_ceiling [--ranks 2] [--sizes 16M,64M,256M] [--iters 10]
 //       [--ops allreduce,reduce_scatter,allgather,allgather_cma] [--json FILE]
@@ -65,18 +68,30 @@ constexpr size_t kChunk = 256 * 1024;  // fits the L2 cache
 
 struct Shared {
   std::atomic<int> arrived;
+  std::atomic<int> released;         // the last round every process reached
+  std::atomic<int64_t> released_ns;  // when it was reached (steady clock, the same in every process)
   std::atomic<int> pid[64];
   std::atomic<uint64_t> input[64];  // each rank's input address (allgather_cma)
   double seconds[2][64][256];  // [plain, streaming][rank][iteration]
 };
 
-// With more processes than CPUs the waiting ones yield, so that the ones
-// still working get the CPUs.
-void Barrier(Shared* s, int ranks, int round, bool yield) {
-  s->arrived.fetch_add(1);
-  while (s->arrived.load() < ranks * round) {
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Returns when all `ranks` processes reached round `round`, with the time the
+// last one arrived. With more processes than CPUs the waiting ones yield, so
+// that the ones still working get the CPUs.
+int64_t Barrier(Shared* s, int ranks, int round, bool yield) {
+  if (s->arrived.fetch_add(1) + 1 == ranks * round) {
+    s->released_ns.store(NowNs());
+    s->released.store(round);  // after the time: whoever sees the round reads its time
+  }
+  while (s->released.load() < round) {
     if (yield) sched_yield();
   }
+  return s->released_ns.load();  // not overwritten before this process reaches the next round
 }
 
 // One rank's least work for `op` on `bytes`, writing its output with
@@ -189,6 +204,8 @@ int main(int argc, char** argv) {
           mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
       if (s == MAP_FAILED) return 1;
       new (&s->arrived) std::atomic<int>(0);
+      new (&s->released) std::atomic<int>(0);
+      new (&s->released_ns) std::atomic<int64_t>(0);
       const int kinds = op == "allgather_cma" ? 1 : 2;  // allgather_cma writes as choir's cma does: timed once
       std::vector<pid_t> children;
       for (int r = 0; r < ranks; ++r) {
@@ -204,10 +221,15 @@ int main(int argc, char** argv) {
           int round = 0;
           for (int kind = 0; kind < kinds; ++kind) {
             for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
-              Barrier(s, ranks, ++round, yield);
-              const auto t0 = std::chrono::steady_clock::now();
+              // With more processes than CPUs a process may get a CPU only
+              // after others on it have worked: it times from the release of
+              // the barrier, as a collective's slowest rank would, not from
+              // when it got the CPU. Otherwise from when it started (the
+              // same instant, give or take a cache line's trip).
+              const int64_t released = Barrier(s, ranks, ++round, yield);
+              const int64_t t0 = yield ? released : NowNs();
               ok = Work(op, ranks, r, bytes, in, out, s, /*streaming=*/kind == 1) && ok;
-              const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+              const double took = static_cast<double>(NowNs() - t0) * 1e-9;
               if (it > 0) s->seconds[kind][r][it - 1] = took;
             }
           }
