@@ -47,6 +47,7 @@ WHOLE_BUFFER = {"reduce_scatter", "allgather", "alltoall", "gather", "scatter"}
 SEND_PER_RANK = {"reduce_scatter", "alltoall", "scatter"}
 RECV_PER_RANK = {"allgather", "alltoall", "gather"}
 MIN_ITERS, MAX_ITERS = 5, 100000
+LAUNCH_WARMUP_CALLS = 100  # untimed 8-byte allreduces before the first size, as choir perf runs
 
 
 def parse_bytes(text):
@@ -271,6 +272,7 @@ class Bench:
             t0 = clock()
             run()
             mine[i] = (clock() - t0) * 1e6
+        self.dist.barrier()  # nobody leaves the timed loop before all have finished it, as in choir perf
         slowest = t.tensor(mine, dtype=t.float64)
         self.dist.all_reduce(slowest, op=self.dist.ReduceOp.MAX)
         v = sorted(slowest.tolist())
@@ -309,6 +311,8 @@ def run_rank(a):
     dist.init_process_group(a.backend, init_method=f"tcp://127.0.0.1:{a.port}", rank=a.rank,
                             world_size=a.nprocs, timeout=timedelta(seconds=300))
     b = Bench(a, torch, dist)
+    for _ in range(LAUNCH_WARMUP_CALLS):
+        dist.all_reduce(torch.zeros(1, dtype=torch.int64))
     rows, unsupported, all_ok = [], {}, True
     if b.rank == 0:
         print(f"# gloo_bench: backend {a.backend}, torch {torch.__version__}, {b.n} ranks, {a.dtype} {a.reduce_op}, "

@@ -110,6 +110,11 @@ size_t RecvElems(const std::string& op, size_t count, int n) {
 // Bounds on counts that size the benchmark's own memory (every iteration's
 // time is kept and gathered on rank 0).
 constexpr int64_t kMaxIters = 1000000;
+// Untimed 8-byte allreduces every rank runs once, before the first size:
+// with more ranks than CPUs the first few dozen calls after a launch ran
+// 2x slower than the rest (the ranks settling on the CPUs), which charged
+// the first size of every launch. The MPI and gloo benchmarks run the same.
+constexpr int kLaunchWarmupCalls = 100;
 constexpr int64_t kMaxWarmup = 1000000;
 constexpr int kMaxRepeat = 1000;
 constexpr double kMaxTimePerSize = 3600;
@@ -345,6 +350,10 @@ class PerfCommand : public Subcommand {
     if (!mine.ok()) return ReportFailure(*app_, mine);
     if (first_failed < c.size()) {
       return ReportError(Status(Code::kRemoteError, fmt::format("rank {} refused to run (its message says why)", first_failed)));
+    }
+    for (int i = 0; i < kLaunchWarmupCalls; ++i) {
+      int64_t x = c.rank();
+      if (Status s = c.Allreduce(&x, &x, 1, DataType::kInt64, ReduceOp::kMin).Wait(); !s.ok()) return ReportError(s);
     }
     const size_t es = DataTypeSize(dtype_value_);
     if (c.rank() == 0) {
@@ -680,6 +689,12 @@ class PerfCommand : public Subcommand {
         ++routes[info.algorithm + (info.streaming_stages ? "+stream" : "")];
       }
     }
+    // No rank leaves the timed loop before all have finished it: one that
+    // went on to the gather below and the next size's buffers took the CPU
+    // from a rank still in its last call (with more ranks than CPUs a last
+    // call took up to 1.4 ms, 100x the others). The MPI and gloo benchmarks
+    // do the same.
+    CHOIR_RETURN_IF_ERROR(c.Barrier().Wait());
     std::vector<double> all(mine.size() * n);
     CHOIR_RETURN_IF_ERROR(c.Gather(mine.data(), all.data(), mine.size(), DataType::kFloat64, 0).Wait());
     if (c.rank() == 0) {
