@@ -10,11 +10,13 @@
 // starts its own N local ranks (`choir run -n N choir perf ...`), so no MPI
 // is needed. Times are per operation: each iteration is timed on every rank
 // and the operation's time is the slowest rank's; mean, p50 and p99 are over
-// iterations. algbw = bytes / mean time; busbw applies nccl-tests' factors:
-// allreduce 2(n-1)/n; reduce_scatter, allgather, alltoall, gather and
-// scatter (n-1)/n with bytes = the whole buffer (the root's, for gather and
-// scatter); broadcast and reduce 1. --root names the root of broadcast,
-// reduce, gather and scatter.
+// iterations; every launch first runs kLaunchWarmupCalls untimed 8-byte
+// allreduces, and every timed loop ends in an untimed barrier (the MPI and
+// gloo benchmarks of benchmarks/ do the same). algbw = bytes / mean time;
+// busbw applies nccl-tests' factors: allreduce 2(n-1)/n; reduce_scatter,
+// allgather, alltoall, gather and scatter (n-1)/n with bytes = the whole
+// buffer (the root's, for gather and scatter); broadcast and reduce 1.
+// --root names the root of broadcast, reduce, gather and scatter.
 //
 // --buffers shared takes the send and receive buffers from choir::SharedBuffer
 // (memory the ranks of a host read from each other directly); the default is
