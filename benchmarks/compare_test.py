@@ -175,7 +175,7 @@ class ScalingTarget(unittest.TestCase):
 
     def test_the_ceilings_share_is_tabled_paired_and_named_where_the_target_is_missed(self):
         res = self.results(with_ceiling=True)
-        lines, shares = compare.scaling_table(self.Args, res)
+        lines, shares = compare.scaling_table(self.Args, res, cpus=2)
         self.assertEqual(shares, {("choir", 16 << 20): 0.55, ("choir", 64 << 20): 0.775,
                                   ("choir-shared", 16 << 20): 0.55})
         self.assertEqual(lines[0], "| buffers | bytes | 2 ranks | 4 ranks | 4 ranks / 2 ranks, paired launches | "
@@ -188,20 +188,28 @@ class ScalingTarget(unittest.TestCase):
         self.assertIn("| 16 MiB | 14 (14–14) | 6.3 (5.6–7) | 45% (40%–50%) |", lines)
         self.assertIn("| 64 MiB | 8 (8–8) | 6 (6–6) | 75% (75%–75%) |", lines)
         self.assertFalse(any(x.startswith("| 256 MiB") for x in lines))
-        rows = rows_of(compare.targets_section(res, {}, ["choir", "choir-shared"], shares, 4), "| 4 ranks")
+        # With 4 processes on 2 CPUs the ceiling is called indicative; with 8 CPUs it is not.
+        self.assertTrue(lines[-1].endswith("With 4 processes on 2 CPUs the 4-process ceiling is only indicative "
+                                           "(the processes take turns on the CPUs)."), lines[-1])
+        self.assertNotIn("indicative", compare.scaling_table(self.Args, res, cpus=8)[0][-1])
+        rows = rows_of(compare.targets_section(res, {}, ["choir", "choir-shared"], shares, 4, cpus=2), "| 4 ranks")
         self.assertEqual(rows, [
             "| 4 ranks: allreduce busbw ≥ 70% of 2 ranks | heap | 16 MiB, 64 MiB | 55% – 78% | no: 16 MiB asks 122% of "
-            "the 4-process memory ceiling, above every launch of it, and the ceiling itself scales 45% there |",
+            "the 4-process memory ceiling, above every launch of it (indicative with more processes than CPUs), and "
+            "the ceiling itself scales 45% there |",
             "| 4 ranks: allreduce busbw ≥ 70% of 2 ranks | SharedBuffer | 16 MiB | 55% – 55% | no: 16 MiB asks 100% of "
             "the 4-process memory ceiling, and the ceiling itself scales 45% there |"])
+        row = rows_of(compare.targets_section(res, {}, ["choir"], shares, 4, cpus=8), "| 4 ranks")
+        self.assertIn("16 MiB asks 122% of the 4-process memory ceiling, above every launch of it, and", row[0])
 
     def test_without_the_ceiling_the_table_and_the_verdict_are_as_before(self):
         res = self.results(with_ceiling=False)
-        lines, shares = compare.scaling_table(self.Args, res)
+        lines, shares = compare.scaling_table(self.Args, res, cpus=2)
         self.assertEqual(lines[0], "| buffers | bytes | 2 ranks | 4 ranks | 4 ranks / 2 ranks, paired launches |")
         self.assertEqual(len(lines), 5)
-        rows = rows_of(compare.targets_section(res, {}, ["choir"], shares, 4), "| 4 ranks")
+        rows = rows_of(compare.targets_section(res, {}, ["choir"], shares, 4, cpus=2), "| 4 ranks")
         self.assertEqual(rows, ["| 4 ranks: allreduce busbw ≥ 70% of 2 ranks | heap | 16 MiB, 64 MiB | 55% – 78% | no |"])
+
 
 if __name__ == "__main__":
     unittest.main()

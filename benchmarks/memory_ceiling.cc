@@ -213,8 +213,13 @@ int main(int argc, char** argv) {
         if (pid == 0) {
           auto* in = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
           auto* out = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
-          std::memset(in, 1, bytes);
-          std::memset(out, 0, bytes);
+          // Without its buffers a process still reaches every barrier (the
+          // others would wait for it forever), does no work, and fails.
+          const bool have = in != nullptr && out != nullptr;
+          if (have) {
+            std::memset(in, 1, bytes);
+            std::memset(out, 0, bytes);
+          }
           s->pid[r].store(getpid());
           s->input[r].store(reinterpret_cast<uint64_t>(in));
           bool ok = true;
@@ -224,30 +229,35 @@ int main(int argc, char** argv) {
               // With more processes than CPUs a process may get a CPU only
               // after others on it have worked: it times from the release of
               // the barrier, as a collective's slowest rank would, not from
-              // when it got the CPU. Otherwise from when it started (the
-              // same instant, give or take a cache line's trip).
+              // when it got the CPU. Otherwise from when it started: every
+              // process spins in the barrier and starts a cache line's trip
+              // after the release, unless something else on the machine
+              // holds its CPU (a wait the oversubscribed timing would count).
               const int64_t released = Barrier(s, ranks, ++round, yield);
               const int64_t t0 = yield ? released : NowNs();
-              ok = Work(op, ranks, r, bytes, in, out, s, /*streaming=*/kind == 1) && ok;
+              ok = have && Work(op, ranks, r, bytes, in, out, s, /*streaming=*/kind == 1) && ok;
               const double took = static_cast<double>(NowNs() - t0) * 1e-9;
               if (it > 0) s->seconds[kind][r][it - 1] = took;
             }
           }
           // Peers may still read this rank's input: leave together.
           Barrier(s, ranks, ++round, yield);
-          _exit(ok ? 0 : 3);
+          _exit(!have ? 4 : (ok ? 0 : 3));
         }
         children.push_back(pid);
       }
-      bool failed = false;
+      bool failed = false, no_memory = false;
       for (pid_t pid : children) {
         int status = 0;
         waitpid(pid, &status, 0);
         failed = failed || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+        no_memory = no_memory || (WIFEXITED(status) && WEXITSTATUS(status) == 4);
       }
       if (failed) {
         std::printf("  %-15s %12zu %10s %10s  (%s)\n", op.c_str(), bytes, "-", "-",
-                    op == "allgather_cma" ? "process_vm_readv refused here" : "a process failed");
+                    no_memory                  ? "a process could not allocate its two buffers"
+                    : op == "allgather_cma" ? "process_vm_readv refused here"
+                                            : "a process failed");
         rows.push_back({{"op", op}, {"bytes", bytes}, {"refused", true}});
         munmap(s, sizeof(Shared));
         continue;

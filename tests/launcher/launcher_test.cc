@@ -835,10 +835,13 @@ TEST(PerfTest, OffsetsTheHeapBuffersAndNotesABaselineWithAnother) {
   std::ifstream in(path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("\"buffer_offset\": 16,"), std::string::npos) << text.substr(0, 3000);
+  EXPECT_NE(text.find("\"launch_warmup_calls\": 100,"), std::string::npos) << text.substr(0, 3000);
   r = RunChoir({"perf", "-n", "2", "--op", "allreduce", "--max-bytes", "64", "--iters", "5", "--baseline", path}, {},
                60);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("started its heap buffers 16 bytes past a page, this run 0"), std::string::npos) << r.out;
+  // The same launch warm-up both times: no note about it.
+  EXPECT_EQ(r.out.find("untimed 8-byte allreduces before its first size"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("heap buffers, "), std::string::npos) << r.out;
 }
 
@@ -987,6 +990,11 @@ TEST(PerfTest, JudgesAChangeOnlyWhenBothRunsRepeatedThreeTimes) {
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     const std::string what = k.baseline + " --repeat " + k.repeat + "\n" + r.out;
     EXPECT_NE(r.out.find("vs baseline 0.000: +"), std::string::npos) << what;
+    // These files predate the launch warm-up (no "launch_warmup_calls").
+    EXPECT_NE(r.out.find("# baseline " + k.baseline + " ran 0 untimed 8-byte allreduces before its first size, "
+                         "this run 100"),
+              std::string::npos)
+        << what;
     if (k.note.empty()) {
       EXPECT_NE(r.out.find("(FASTER; noise "), std::string::npos) << what;
       EXPECT_EQ(r.out.find(not_judged), std::string::npos) << what;

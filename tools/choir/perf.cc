@@ -367,6 +367,11 @@ class PerfCommand : public Subcommand {
       if (baseline_ && baseline_->buffers != buffers_) {
         fmt::print("# baseline {} used {} buffers, this run {}\n", baseline_->path, baseline_->buffers, buffers_);
       }
+      if (baseline_ && baseline_->launch_warmup_calls != kLaunchWarmupCalls) {
+        fmt::print("# baseline {} ran {} untimed 8-byte allreduces before its first size, this run {} (with more "
+                   "ranks than CPUs a launch's first size ran up to 1.5x slower without them)\n",
+                   baseline_->path, baseline_->launch_warmup_calls, kLaunchWarmupCalls);
+      }
       if (baseline_ && baseline_->buffer_offset != buffer_offset_) {
         fmt::print("# baseline {} started its heap buffers {} bytes past a page, this run {}\n", baseline_->path,
                    baseline_->buffer_offset, buffer_offset_);
@@ -783,7 +788,7 @@ class PerfCommand : public Subcommand {
     const json doc = {{"tool", "choir perf"}, {"ranks", c.size()}, {"machine", MachineDescription(c)},
                       {"settings", SettingsInEffect()}, {"repeat", repeat_},
                       {"buffers", buffers_}, {"buffer_offset", buffer_offset_}, {"root", root_},
-                      {"results", results}};
+                      {"launch_warmup_calls", kLaunchWarmupCalls}, {"results", results}};
     // Text that is not UTF-8 (a hostname, a setting) is replaced, not thrown on.
     const std::string text = JsonDump(doc, 2) + "\n";
     return files::ReplaceFile(json_path_, text);

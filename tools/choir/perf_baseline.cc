@@ -85,6 +85,9 @@ Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::str
   b.buffer_offset = doc.contains("buffer_offset") && doc["buffer_offset"].is_number_integer()
                         ? doc["buffer_offset"].get<int64_t>()
                         : 0;
+  b.launch_warmup_calls = doc.contains("launch_warmup_calls") && doc["launch_warmup_calls"].is_number_integer()
+                              ? doc["launch_warmup_calls"].get<int64_t>()
+                              : 0;
   if (doc.contains("repeat")) {
     const json& r = doc["repeat"];
     // Integers beyond int64_t's range arrive unsigned; any count that large
