@@ -114,8 +114,8 @@ size_t RecvElems(const std::string& op, size_t count, int n) {
 constexpr int64_t kMaxIters = 1000000;
 // Untimed 8-byte allreduces every rank runs once, before the first size:
 // with more ranks than CPUs the first few dozen calls after a launch ran
-// 2x slower than the rest (the ranks settling on the CPUs), which charged
-// the first size of every launch. The MPI and gloo benchmarks run the same.
+// several times slower than the rest (the ranks settling on the CPUs),
+// which charged the first size of every launch 1.6x-1.9x of its time. The MPI and gloo benchmarks run the same.
 constexpr int kLaunchWarmupCalls = 100;
 constexpr int64_t kMaxWarmup = 1000000;
 constexpr int kMaxRepeat = 1000;
@@ -369,7 +369,7 @@ class PerfCommand : public Subcommand {
       }
       if (baseline_ && baseline_->launch_warmup_calls != kLaunchWarmupCalls) {
         fmt::print("# baseline {} ran {} untimed 8-byte allreduces before its first size, this run {} (with more "
-                   "ranks than CPUs a launch's first size ran up to 1.5x slower without them)\n",
+                   "ranks than CPUs a launch's first size took up to 1.9x its time without them)\n",
                    baseline_->path, baseline_->launch_warmup_calls, kLaunchWarmupCalls);
       }
       if (baseline_ && baseline_->buffer_offset != buffer_offset_) {
