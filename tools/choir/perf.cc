@@ -114,8 +114,9 @@ size_t RecvElems(const std::string& op, size_t count, int n) {
 constexpr int64_t kMaxIters = 1000000;
 // Untimed 8-byte allreduces every rank runs once, before the first size:
 // with more ranks than CPUs the first few dozen calls after a launch ran
-// several times slower than the rest (the ranks settling on the CPUs),
-// which charged the first size of every launch 1.6x-1.9x of its time. The MPI and gloo benchmarks run the same.
+// several times slower than the rest (the ranks settling on the CPUs), and
+// the first size of every launch took 1.6x-1.9x its time elsewhere. The
+// MPI and gloo benchmarks run the same.
 constexpr int kLaunchWarmupCalls = 100;
 constexpr int64_t kMaxWarmup = 1000000;
 constexpr int kMaxRepeat = 1000;
@@ -699,8 +700,8 @@ class PerfCommand : public Subcommand {
     // No rank leaves the timed loop before all have finished it: one that
     // went on to the gather below and the next size's buffers took the CPU
     // from a rank still in its last call (with more ranks than CPUs a last
-    // call took up to 1.4 ms, 100x the others). The MPI and gloo benchmarks
-    // do the same.
+    // call took up to 1.4 ms where the others took 5-10 us). The MPI and
+    // gloo benchmarks do the same.
     CHOIR_RETURN_IF_ERROR(c.Barrier().Wait());
     std::vector<double> all(mine.size() * n);
     CHOIR_RETURN_IF_ERROR(c.Gather(mine.data(), all.data(), mine.size(), DataType::kFloat64, 0).Wait());
