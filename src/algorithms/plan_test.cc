@@ -398,6 +398,29 @@ TEST(SwitchPointsTest, CmaPushesAllgatherBlocksUpToTheTablesLimit) {
   EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen4, true), 4 * kMiB);
 }
 
+// The pipe's walks write their outputs with streaming stores from 4 MiB of
+// buffer, but from 8 MiB for reduce_scatter, allgather and alltoall on the
+// Zen 4 table with a core per rank.
+TEST(SwitchPointsTest, PipeStreamsOutputsFromTheTablesSize) {
+  using algorithms::CollKind;
+  using algorithms::SwitchTable;
+  const CollKind later[] = {CollKind::kReduceScatter, CollKind::kAllgather, CollKind::kAlltoall};
+  const CollKind kept[] = {CollKind::kAllreduce, CollKind::kReduce, CollKind::kBroadcast};
+  for (const CollKind kind : later) {
+    EXPECT_EQ(algorithms::PipeStreamingBytes(SwitchTable::kAmdZen4, kind, false), 8 * kMiB);
+    EXPECT_EQ(algorithms::PipeStreamingBytes(SwitchTable::kAmdZen4, kind, true), 4 * kMiB);
+  }
+  for (const CollKind kind : kept) {
+    EXPECT_EQ(algorithms::PipeStreamingBytes(SwitchTable::kAmdZen4, kind, false), 4 * kMiB);
+  }
+  for (const SwitchTable table : {SwitchTable::kIntel, SwitchTable::kAmd, SwitchTable::kAmdZen5}) {
+    for (const bool shared : {false, true}) {
+      for (const CollKind kind : later) EXPECT_EQ(algorithms::PipeStreamingBytes(table, kind, shared), 4 * kMiB);
+      for (const CollKind kind : kept) EXPECT_EQ(algorithms::PipeStreamingBytes(table, kind, shared), 4 * kMiB);
+    }
+  }
+}
+
 // The Zen 4 model ranges of family 25 (0x10-0x1f, 0x60-0xaf); Zen 3
 // (models 0x00-0x0f, 0x20-0x5f) and other families are not.
 TEST(SwitchPointsTest, Zen4IsFamily25ModelsOfThatGeneration) {

@@ -122,7 +122,7 @@ void TakePositions(AreaOp& op, Walk& walk, int only_owner = -1) {
 // rank sees alike, never from this rank's own arguments alone.
 // `table` and `tables`: numbers the ranks exchange along with the addresses
 // (ExchangeAddresses).
-Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const void* in, void* out,
+Result<Walk> StartWalk(AreaOp& op, CollKind kind, const Blocks& blocks, size_t chunk, const void* in, void* out,
                        const std::vector<uint64_t>& table = {},
                        std::vector<std::vector<uint64_t>>* tables = nullptr) {
   const size_t es = op.ctx().elem_size();
@@ -136,7 +136,9 @@ Result<Walk> StartWalk(AreaOp& op, const Blocks& blocks, size_t chunk, const voi
     return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
   }
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, out, table, tables));
-  return Walk{(most + chunk - 1) / chunk, total * es >= kStreamingBytes, op.AllShared(), false, {}};
+  const GroupView view = op.ctx().View();
+  const bool streaming = total * es >= PipeStreamingBytes(view.switch_table, kind, view.shares_cpus);
+  return Walk{(most + chunk - 1) / chunk, streaming, op.AllShared(), false, {}};
 }
 
 using Staging = SelectConfig::Staging;
@@ -298,7 +300,10 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   AreaOp op(c);
   const size_t es = c.elem_size();
   const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es);
-  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, slices, chunk, in, out));
+  const CollKind kind = output == Output::kMySlice ? CollKind::kReduceScatter
+                        : output == Output::kWhole  ? CollKind::kAllreduce
+                                                    : CollKind::kReduce;
+  CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, kind, slices, chunk, in, out));
   if (output == Output::kWholeOnRoot) {
     // A reduce reads every input and writes the root's output only (the
     // other ranks' may be null): those in SharedBuffers suffice.
@@ -307,9 +312,6 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   } else if (walk.shared) {
     return CmaReduceWith(op, in, out, slices, output == Output::kWhole, average);
   }
-  const CollKind kind = output == Output::kMySlice ? CollKind::kReduceScatter
-                        : output == Output::kWhole  ? CollKind::kAllreduce
-                                                    : CollKind::kReduce;
   return RunStaged(op, kind, ElemsSpanned(slices) * es, walk, [&](const Walk& w) {
     return ReduceThroughPipe(op, in, out, slices, output, root, average, chunk, w);
   });
@@ -400,7 +402,8 @@ Status PipeGather(Context& c, const uint8_t* own, uint8_t* buf, const Blocks& bl
   WalkChooser* chooser = ChooserFor(c, adaptive, bytes);
   std::vector<std::vector<uint64_t>> tables;
   CHOIR_ASSIGN_OR_RETURN(const Walk walk,
-                         StartWalk(op, blocks, chunk, own, buf, TableFor(c, chooser, CollKind::kAllgather, bytes),
+                         StartWalk(op, CollKind::kAllgather, blocks, chunk, own, buf,
+                                   TableFor(c, chooser, CollKind::kAllgather, bytes),
                                    &tables));
   if (walk.shared) return CmaAllgatherWith(op, own, buf, blocks);
   const auto pipe = [&] {
@@ -477,7 +480,8 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
   WalkChooser* chooser = ChooserFor(c, /*adaptive=*/true, bytes);
   std::vector<std::vector<uint64_t>> tables;
   CHOIR_ASSIGN_OR_RETURN(const Walk walk,
-                         StartWalk(op, blocks, chunk, in, out, TableFor(c, chooser, CollKind::kAlltoall, bytes),
+                         StartWalk(op, CollKind::kAlltoall, blocks, chunk, in, out,
+                                   TableFor(c, chooser, CollKind::kAlltoall, bytes),
                                    &tables));
   // Straight out of the peers' inputs only when no rank runs in place (its
   // input would change under the readers): the same answer on every rank.
@@ -507,7 +511,7 @@ Status BroadcastPipe(Context& c, const OpArgs& a) {
   const size_t es = c.elem_size();
   const size_t chunk = ChunkBytes(op.pipe_bytes(), op.pipe_cache_bytes(), 1) / es;  // one chunk per step
   const Block whole{0, a.count};
-  CHOIR_ASSIGN_OR_RETURN(Walk walk, StartWalk(op, {whole}, chunk, is_root ? a.send : nullptr, a.recv));
+  CHOIR_ASSIGN_OR_RETURN(Walk walk, StartWalk(op, CollKind::kBroadcast, {whole}, chunk, is_root ? a.send : nullptr, a.recv));
   if (op.peers()[static_cast<size_t>(root)].send_ref.id != 0 && op.EveryRankShares(&PeerBuffers::recv_ref)) {
     return BroadcastCmaWith(op, a);
   }

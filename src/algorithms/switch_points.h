@@ -67,6 +67,13 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
 // with a core per rank.
 bool StagingStreamsFirst(SwitchTable table, bool shares_cpus);
 
+// The whole-buffer bytes from which the pipe's walks of `kind` write their
+// outputs with streaming stores: kStreamingBytes (4 MiB), but 8 MiB for
+// reduce_scatter, allgather and alltoall on the Zen 4 table with a core per
+// rank. Every rank of a host has the same table and the same `shares_cpus`,
+// so their walks agree.
+uint64_t PipeStreamingBytes(SwitchTable table, CollKind kind, bool shares_cpus);
+
 // cma's allgather of heap buffers: a block below this many bytes is written
 // into the peers by its owner (process_vm_writev from its cache); from this
 // size on each peer reads it (process_vm_readv into its output). Every rank
