@@ -163,13 +163,21 @@ uint64_t AreaOp::OwnFlag() { return LineFlag(id_, group_->headers[static_cast<si
 namespace {
 // Stores `bytes` from `in` in the lines from `first` on, each flag after
 // its payload.
+// Every line but the last is full: a copy of the constant kLinePayload
+// bytes, which the compiler does in a few vector moves; the last line's
+// copy, of any length, goes through memcpy.
 void WriteLines(transport::SlotHeader* h, const uint8_t* in, uint64_t bytes, size_t first, uint64_t flag) {
-  for (size_t j = 0, n = AreaOp::LinesOf(bytes); j < n; ++j) {
+  const size_t n = AreaOp::LinesOf(bytes);
+  for (size_t j = 0; j + 1 < n; ++j) {
     uint8_t* line = LineOf(h, first + j);
-    const size_t at = j * AreaOp::kLinePayload;
-    std::memcpy(line, in + at, std::min<uint64_t>(AreaOp::kLinePayload, bytes - at));
+    std::memcpy(line, in + j * AreaOp::kLinePayload, AreaOp::kLinePayload);
     FlagOf(line).store(flag, std::memory_order_release);
   }
+  if (n == 0) return;
+  uint8_t* last = LineOf(h, first + n - 1);
+  const size_t at = (n - 1) * AreaOp::kLinePayload;
+  std::memcpy(last, in + at, bytes - at);
+  FlagOf(last).store(flag, std::memory_order_release);
 }
 }  // namespace
 
@@ -233,10 +241,12 @@ Status AreaOp::WaitLines(uint64_t bytes, size_t first_line) {
 void AreaOp::ReadLines(int p, void* dst, uint64_t bytes, size_t first_line) const {
   transport::SlotHeader* h = header(p);
   auto* out = static_cast<uint8_t*>(dst);
-  for (size_t j = 0, n = AreaOp::LinesOf(bytes); j < n; ++j) {
-    const size_t at = j * kLinePayload;
-    std::memcpy(out + at, LineOf(h, first_line + j), std::min<uint64_t>(kLinePayload, bytes - at));
-  }
+  const size_t n = AreaOp::LinesOf(bytes);
+  if (n == 0) return;
+  // As WriteLines: full lines in constant-size copies, the last through memcpy.
+  for (size_t j = 0; j + 1 < n; ++j) std::memcpy(out + j * kLinePayload, LineOf(h, first_line + j), kLinePayload);
+  const size_t at = (n - 1) * kLinePayload;
+  std::memcpy(out + at, LineOf(h, first_line + n - 1), bytes - at);
 }
 
 Status AreaOp::CheckSignature(int p, const transport::SlotHeader* h) const {
