@@ -360,14 +360,17 @@ TEST(SwitchPointsTest, AmdZen5HoldsTheSlotsTo64KiBAndStagesStreamingFirst) {
   }
   EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen5, false), 512 * kKiB);
   EXPECT_EQ(algorithms::CmaPushMaxBytes(SwitchTable::kAmdZen5, true), 4 * kMiB);
-  // Allreduces in flagged lines: up to 512 bytes on the Intel table, up to
-  // AreaOp::kLinesMaxBytes (1 KiB) on the AMD ones.
+  // Allreduces in flagged lines: up to 512 bytes on the Intel table and
+  // wherever ranks share cores, up to AreaOp::kLinesMaxBytes (1 KiB) on the
+  // AMD ones with a core per rank.
   // And a reduce_scatter's blocks: up to 3 lines on the Intel table, 5 on
   // the AMD ones (the most AreaOp::BlockLinesFit takes).
-  EXPECT_EQ(algorithms::AllreduceLinesMaxBytes(SwitchTable::kIntel), 512u);
+  EXPECT_EQ(algorithms::AllreduceLinesMaxBytes(SwitchTable::kIntel, false), 512u);
+  EXPECT_EQ(algorithms::AllreduceLinesMaxBytes(SwitchTable::kIntel, true), 512u);
   EXPECT_EQ(algorithms::ReduceScatterLinesMaxBlock(SwitchTable::kIntel), 3 * algorithms::AreaOp::kLinePayload);
   for (const auto table : {SwitchTable::kAmd, SwitchTable::kAmdZen4, SwitchTable::kAmdZen5}) {
-    EXPECT_EQ(algorithms::AllreduceLinesMaxBytes(table), algorithms::AreaOp::kLinesMaxBytes);
+    EXPECT_EQ(algorithms::AllreduceLinesMaxBytes(table, false), algorithms::AreaOp::kLinesMaxBytes);
+    EXPECT_EQ(algorithms::AllreduceLinesMaxBytes(table, true), 512u);
     EXPECT_EQ(algorithms::ReduceScatterLinesMaxBlock(table), 5 * algorithms::AreaOp::kLinePayload);
   }
   EXPECT_TRUE(algorithms::AreaOp::BlockLinesFit(5 * algorithms::AreaOp::kLinePayload, 2));

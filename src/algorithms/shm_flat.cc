@@ -178,7 +178,7 @@ Status AllreduceLines(AreaOp& op, Context& c, const OpArgs& a, size_t bytes) {
 Status ReduceSlots(Context& c, const OpArgs& a, bool want_result) {
   const size_t bytes = a.count * c.elem_size();
   const bool lines = a.kind == CollKind::kAllreduce && AreaOp::LinesFit(bytes) &&
-                     bytes <= AllreduceLinesMaxBytes(c.HostSwitchTable());
+                     bytes <= AllreduceLinesMaxBytes(c.HostSwitchTable(), c.local_group()->ranks_share_cpus);
   AreaOp op(c, lines ? AreaOp::LineLayoutBytes(bytes) : FlatSlotBytes(a, c.size()));
   CHOIR_RETURN_IF_ERROR(op.Acquire());
   // Lines for allreduce alone: in the one-directional streams of reduce and

@@ -241,8 +241,8 @@ SwitchTable SwitchTableFor(std::string_view setting) {
   return IsZen5(cpu) ? SwitchTable::kAmdZen5 : SwitchTable::kAmd;
 }
 
-uint64_t AllreduceLinesMaxBytes(SwitchTable table) {
-  return table == SwitchTable::kIntel ? 512 : AreaOp::kLinesMaxBytes;
+uint64_t AllreduceLinesMaxBytes(SwitchTable table, bool shares_cpus) {
+  return table == SwitchTable::kIntel || shares_cpus ? 512 : AreaOp::kLinesMaxBytes;
 }
 
 uint64_t ReduceScatterLinesMaxBlock(SwitchTable table) {

@@ -90,8 +90,14 @@ uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus);
 // lines' time; 4 ranks on 2 cores: 1.17x-1.51x their busbw) while the lines
 // stayed ahead at 512 bytes with a core per rank (the slots 1.11x of their
 // time; docs/performance-log.md, "A fair timed loop in `choir perf`").
-// Every rank of a host has the same table, so they take the same path.
-uint64_t AllreduceLinesMaxBytes(SwitchTable table);
+// 512 bytes on every table when the ranks share cores (`shares_cpus`): on
+// the Zen 4 host, 4 ranks on its 2 cores, 11 interleaved launches of 1000
+// calls in each order, the slots had 1.11x and 1.12x the lines' busbw at
+// 1 KiB (paired medians), and 1.01x-1.19x and 1.01x-1.08x at 16-512 bytes
+// (docs/performance-log.md, "The Zen 4 host again"); the Intel host's
+// 1.17x-1.51x at 1 KiB above. Every rank of a host has the same table and
+// the same `shares_cpus`, so they take the same path.
+uint64_t AllreduceLinesMaxBytes(SwitchTable table, bool shares_cpus);
 // The same for a reduce_scatter's blocks (AreaOp::BlockLinesFit caps them
 // at 5 lines, 280 bytes): on the AMD tables as far as that, measured on Zen
 // 5; on the Intel table up to 3 lines (168 bytes), since with 2 ranks
