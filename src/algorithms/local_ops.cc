@@ -161,23 +161,28 @@ std::atomic_ref<uint64_t> FlagOf(uint8_t* line) {
 uint64_t AreaOp::OwnFlag() { return LineFlag(id_, group_->headers[static_cast<size_t>(me())], mix_); }
 
 namespace {
+// Calls copy(j, offset, length) for each of the lines that hold `bytes`
+// (line j holds the bytes from offset j * kLinePayload on). Every line but
+// the last is full, and its call passes the constant kLinePayload: inlined,
+// a copy of that length takes a few vector moves instead of a call into
+// memcpy, which only the last line's copy, of any length, still makes.
+template <typename Copy>
+void ForEachLine(uint64_t bytes, Copy&& copy) {
+  const size_t n = AreaOp::LinesOf(bytes);
+  if (n == 0) return;
+  for (size_t j = 0; j + 1 < n; ++j) copy(j, j * AreaOp::kLinePayload, AreaOp::kLinePayload);
+  const size_t at = (n - 1) * AreaOp::kLinePayload;
+  copy(n - 1, at, static_cast<size_t>(bytes - at));
+}
+
 // Stores `bytes` from `in` in the lines from `first` on, each flag after
 // its payload.
-// Every line but the last is full: a copy of the constant kLinePayload
-// bytes, which the compiler does in a few vector moves; the last line's
-// copy, of any length, goes through memcpy.
 void WriteLines(transport::SlotHeader* h, const uint8_t* in, uint64_t bytes, size_t first, uint64_t flag) {
-  const size_t n = AreaOp::LinesOf(bytes);
-  for (size_t j = 0; j + 1 < n; ++j) {
+  ForEachLine(bytes, [&](size_t j, size_t at, size_t length) {
     uint8_t* line = LineOf(h, first + j);
-    std::memcpy(line, in + j * AreaOp::kLinePayload, AreaOp::kLinePayload);
+    std::memcpy(line, in + at, length);
     FlagOf(line).store(flag, std::memory_order_release);
-  }
-  if (n == 0) return;
-  uint8_t* last = LineOf(h, first + n - 1);
-  const size_t at = (n - 1) * AreaOp::kLinePayload;
-  std::memcpy(last, in + at, bytes - at);
-  FlagOf(last).store(flag, std::memory_order_release);
+  });
 }
 }  // namespace
 
@@ -241,12 +246,9 @@ Status AreaOp::WaitLines(uint64_t bytes, size_t first_line) {
 void AreaOp::ReadLines(int p, void* dst, uint64_t bytes, size_t first_line) const {
   transport::SlotHeader* h = header(p);
   auto* out = static_cast<uint8_t*>(dst);
-  const size_t n = AreaOp::LinesOf(bytes);
-  if (n == 0) return;
-  // As WriteLines: full lines in constant-size copies, the last through memcpy.
-  for (size_t j = 0; j + 1 < n; ++j) std::memcpy(out + j * kLinePayload, LineOf(h, first_line + j), kLinePayload);
-  const size_t at = (n - 1) * kLinePayload;
-  std::memcpy(out + at, LineOf(h, first_line + n - 1), bytes - at);
+  ForEachLine(bytes, [&](size_t j, size_t at, size_t length) {
+    std::memcpy(out + at, LineOf(h, first_line + j), length);
+  });
 }
 
 Status AreaOp::CheckSignature(int p, const transport::SlotHeader* h) const {

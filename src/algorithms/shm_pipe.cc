@@ -120,6 +120,8 @@ void TakePositions(AreaOp& op, Walk& walk, int only_owner = -1) {
 // read each other's buffers directly instead (cma.cc's walks). Every rank
 // must take the same branch after it: decide from op.peers(), which every
 // rank sees alike, never from this rank's own arguments alone.
+// `kind`: the collective the walk runs (a same-host step's own), which
+// sets the size from which its outputs stream (PipeStreamingBytes).
 // `table` and `tables`: numbers the ranks exchange along with the addresses
 // (ExchangeAddresses).
 Result<Walk> StartWalk(AreaOp& op, CollKind kind, const Blocks& blocks, size_t chunk, const void* in, void* out,
@@ -511,7 +513,8 @@ Status BroadcastPipe(Context& c, const OpArgs& a) {
   const size_t es = c.elem_size();
   const size_t chunk = ChunkBytes(op.pipe_bytes(), op.pipe_cache_bytes(), 1) / es;  // one chunk per step
   const Block whole{0, a.count};
-  CHOIR_ASSIGN_OR_RETURN(Walk walk, StartWalk(op, CollKind::kBroadcast, {whole}, chunk, is_root ? a.send : nullptr, a.recv));
+  CHOIR_ASSIGN_OR_RETURN(Walk walk,
+                         StartWalk(op, CollKind::kBroadcast, {whole}, chunk, is_root ? a.send : nullptr, a.recv));
   if (op.peers()[static_cast<size_t>(root)].send_ref.id != 0 && op.EveryRankShares(&PeerBuffers::recv_ref)) {
     return BroadcastCmaWith(op, a);
   }

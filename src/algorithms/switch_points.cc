@@ -290,20 +290,21 @@ bool StagingStreamsFirst(SwitchTable table, bool shares_cpus) {
 
 uint64_t PipeStreamingBytes(SwitchTable table, CollKind kind, bool shares_cpus) {
   // The Zen 4 host (32 MiB of L3), 2 ranks: `choir perf -n 2 --op X
-  // --min-bytes 4M --max-bytes 4M --iters 50` with the outputs of a 4 MiB
-  // walk written with plain stores against streaming ones, interleaved
-  // launches, median of the paired busbw ratios in four passes of 9-25
-  // launches: reduce_scatter 1.20x, 1.18x, 1.06x (0.98x in the first
-  // pass), alltoall 1.20x, 1.23x, 1.11x (0.97x), allgather 1.04x, 1.03x,
-  // 1.00x; but allreduce 1.00x, 0.96x, 0.92x (1.09x) and reduce 0.96x,
-  // 0.97x (1.12x), which keep 4 MiB. From 8 MiB streaming won by 1.1x-2.1x
-  // (reduce_scatter, alltoall and allgather at 8 and 16 MiB, 15 launches),
-  // and with 4 ranks on the 2 cores at 4 MiB too (plain stores 0.71x-0.86x).
-  // Other hosts were not measured (docs/performance-log.md, "The Zen 4 host
-  // again").
+  // --iters 40|50` at 4 MiB (2-8 MiB in one pass) with the outputs of a
+  // 4 MiB walk written with plain stores against streaming ones,
+  // interleaved launches, median of the paired busbw ratios in four passes
+  // of 9-25 launches: reduce_scatter 1.20x, 1.18x, 1.06x (0.98x in the
+  // first pass), alltoall 1.20x, 1.23x, 1.11x (0.97x), allgather 1.04x,
+  // 1.00x, 1.03x; but allreduce 1.00x, 0.96x, 0.92x (1.09x) and reduce
+  // 0.96x, 0.97x (1.12x), which keep 4 MiB. From 8 MiB streaming won by
+  // 1.1x-2.1x (reduce_scatter, alltoall and allgather at 8 and 16 MiB, a
+  // pass of 15 launches), and with 4 ranks on the 2 cores at 4 MiB too
+  // (plain stores 0.71x-0.86x). Other hosts were not measured, nor the
+  // same-host steps of `hier`, which pass their step's collective
+  // (docs/performance-log.md, "The Zen 4 host again").
   const bool plain_to_8m =
       kind == CollKind::kReduceScatter || kind == CollKind::kAllgather || kind == CollKind::kAlltoall;
-  if (table == SwitchTable::kAmdZen4 && !shares_cpus && plain_to_8m) return 2 * kStreamingBytes;
+  if (table == SwitchTable::kAmdZen4 && !shares_cpus && plain_to_8m) return 8 * kMiB;
   return kStreamingBytes;
 }
 

@@ -70,7 +70,7 @@ bool StagingStreamsFirst(SwitchTable table, bool shares_cpus);
 // The whole-buffer bytes from which the pipe's walks of `kind` write their
 // outputs with streaming stores: kStreamingBytes (4 MiB), but 8 MiB for
 // reduce_scatter, allgather and alltoall on the Zen 4 table with a core per
-// rank. Every rank of a host has the same table and the same `shares_cpus`,
+// rank. A same-host step of `hier` passes its step's collective. Every rank of a host has the same table and the same `shares_cpus`,
 // so their walks agree.
 uint64_t PipeStreamingBytes(SwitchTable table, CollKind kind, bool shares_cpus);
 
@@ -95,8 +95,9 @@ uint64_t CmaPushMaxBytes(SwitchTable table, bool shares_cpus);
 // calls in each order, the slots had 1.11x and 1.12x the lines' busbw at
 // 1 KiB (paired medians), and 1.01x-1.19x and 1.01x-1.08x at 16-512 bytes
 // (docs/performance-log.md, "The Zen 4 host again"); the Intel host's
-// 1.17x-1.51x at 1 KiB above. Every rank of a host has the same table and
-// the same `shares_cpus`, so they take the same path.
+// 1.17x-1.51x at 1 KiB above. The Zen 3 and Zen 5 tables take that bound
+// unmeasured. Every rank of a host has the same table and the same
+// `shares_cpus`, so they take the same path.
 uint64_t AllreduceLinesMaxBytes(SwitchTable table, bool shares_cpus);
 // The same for a reduce_scatter's blocks (AreaOp::BlockLinesFit caps them
 // at 5 lines, 280 bytes): on the AMD tables as far as that, measured on Zen

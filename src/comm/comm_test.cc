@@ -609,8 +609,9 @@ TEST(CommTopologyTest, BadTopologyFileFailsCreationWithItsLine) {
 // 4-byte and 8-byte elements, in place and not, 2-5 ranks (5 gather more
 // than the reader's stack buffer holds), under the Intel table (lines up
 // to 512 bytes, the slot's payload from 513: AllreduceLinesMaxBytes) and
-// the Zen 5 one (lines up to 1 KiB with a core per rank, as 2 ranks have
-// here; up to 512 bytes when more ranks share the cores). Between the allreduces one or two
+// the Zen 5 one (lines up to 1 KiB with a core per rank; up to 512 bytes
+// where the ranks share cores, which depends on the machine's CPUs: with
+// 2 of them, 3-5 ranks share and 2 do not). Between the allreduces one or two
 // allgathers (in turn, so that both kinds of operation take every slot)
 // of a size in the same ring leave the slots' own layout in the lines, and
 // every call's values differ from the last one's, so a reader that took
