@@ -70,8 +70,9 @@ bool StagingStreamsFirst(SwitchTable table, bool shares_cpus);
 // The whole-buffer bytes from which the pipe's walks of `kind` write their
 // outputs with streaming stores: kStreamingBytes (4 MiB), but 8 MiB for
 // reduce_scatter, allgather and alltoall on the Zen 4 table with a core per
-// rank. A same-host step of `hier` passes its step's collective. Every rank of a host has the same table and the same `shares_cpus`,
-// so their walks agree.
+// rank. A same-host step of `hier` passes its step's collective. Every
+// rank of a host has the same table and the same `shares_cpus`, so their
+// walks agree.
 uint64_t PipeStreamingBytes(SwitchTable table, CollKind kind, bool shares_cpus);
 
 // cma's allgather of heap buffers: a block below this many bytes is written
