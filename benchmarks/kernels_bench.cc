@@ -2,10 +2,12 @@
 // and float16 at 64 KiB (L2-resident), 1 MiB (L2/LLC) and 64 MiB (DRAM) per
 // buffer, for every ISA this CPU has, with and without streaming stores; the
 // float32 sum again with every buffer 16 bytes past a cache line (`/line+16`,
-// where a plain malloc's large blocks start); plus CopyBytes for reference.
+// where a plain malloc's large blocks start); plus CopyBytes for reference,
+// and CopyBytesTwice against two CopyBytes (`copy_twice/`).
 //
 // bytes_per_second counts the useful memory traffic: both inputs read and the
-// output written (3 x buffer size per iteration; 2 x for copies). Without
+// output written (3 x buffer size per iteration; 2 x for copies; 3 x for
+// copy_twice, one read and two writes, fused or not). Without
 // streaming stores the hardware also reads each output line before writing
 // it, which is the traffic the `nt` variants avoid.
 //
@@ -90,6 +92,32 @@ void BenchCopy(benchmark::State& state, const char* isa, size_t bytes, bool nont
   ForceIsa("auto");
 }
 
+// src to two destinations, as the pipe's allgather stages a chunk and
+// writes it to the rank's own output: the stage on a line, src and the
+// second destination 16 bytes past one. `fused`: CopyBytesTwice (one pass
+// over src); otherwise two CopyBytes. Plain stores.
+void BenchCopyTwice(benchmark::State& state, const char* isa, size_t bytes, bool fused) {
+  if (!ForceIsa(isa)) {
+    state.SkipWithError("ISA not available");
+    return;
+  }
+  AlignedBuffer src = MakeBuffer(bytes + 16, DataType::kFloat32, 1);
+  AlignedBuffer stage = MakeBuffer(bytes, DataType::kFloat32, 2);
+  AlignedBuffer out = MakeBuffer(bytes + 16, DataType::kFloat32, 3);
+  for (auto _ : state) {
+    if (fused) {
+      CopyBytesTwice(stage.get(), false, out.get() + 16, false, src.get() + 16, bytes);
+    } else {
+      CopyBytes(stage.get(), src.get() + 16, bytes, false);
+      CopyBytes(out.get() + 16, src.get() + 16, bytes, false);
+    }
+    benchmark::DoNotOptimize(out.get());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 3 * static_cast<int64_t>(bytes));
+  ForceIsa("auto");
+}
+
 std::string SizeName(size_t bytes) {
   return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + "MiB"
                              : std::to_string(bytes >> 10) + "KiB";
@@ -124,6 +152,15 @@ void RegisterAll() {
         const std::string name =
             std::string("copy/") + SizeName(bytes) + "/" + isa + (nt ? "/nt" : "/cached");
         benchmark::RegisterBenchmark(name.c_str(), BenchCopy, isa, bytes, nt)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+    for (size_t bytes : sizes) {
+      for (bool fused : {false, true}) {
+        const std::string name =
+            std::string("copy_twice/") + SizeName(bytes) + "/" + isa + (fused ? "/fused" : "/separate");
+        benchmark::RegisterBenchmark(name.c_str(), BenchCopyTwice, isa, bytes, fused)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }

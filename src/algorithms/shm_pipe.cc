@@ -85,6 +85,7 @@ struct Walk {
   bool streaming;  // outputs large enough for streaming stores
   bool shared;     // every rank's buffers are SharedBuffers: no pipe needed
   bool stage_streaming;  // chunks staged for peers with streaming stores (set by RunStaged)
+  bool shares_cpus;      // more local ranks than cores (GroupView::shares_cpus)
   // The pipe position of step 0 in each local rank's pipe (by local index):
   // a walk goes on from the position after the last step staged into that
   // pipe (TakePositions), so a walk of one step does not rewrite the chunk
@@ -140,7 +141,7 @@ Result<Walk> StartWalk(AreaOp& op, CollKind kind, const Blocks& blocks, size_t c
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, out, table, tables));
   const GroupView view = op.ctx().View();
   const bool streaming = total * es >= PipeStreamingBytes(view.switch_table, kind, view.shares_cpus);
-  return Walk{(most + chunk - 1) / chunk, streaming, op.AllShared(), false, {}};
+  return Walk{(most + chunk - 1) / chunk, streaming, op.AllShared(), false, view.shares_cpus, {}};
 }
 
 using Staging = SelectConfig::Staging;
@@ -336,12 +337,25 @@ Status GatherThroughPipe(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blo
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
     const size_t m = ChunkAt(mine, k, chunk);
     const uint8_t* src = own + k * chunk * es;
-    if (m > 0) kernels::CopyBytes(stage(me, k), src, m * es, walk.stage_streaming);
-    op.SetProgress(k + 1);
     uint8_t* dst = buf + (mine.offset + k * chunk) * es;
-    // From the input, never from the stage the peers are reading at the
-    // same moment (Walk::first_parity says what that cost).
-    if (m > 0 && dst != src) kernels::CopyBytes(dst, src, m * es, streaming);
+    // The own output comes from the input, never from the stage the peers
+    // are reading at the same moment (Walk::first_parity says what that
+    // cost). With a core per rank, the stage and the own output are written
+    // in one pass over the input (CopyBytesTwice), before the peers may read
+    // the stage: on the Zen 4 host 1.08x-1.23x faster at 1-256 MiB than a
+    // copy for each with the own one after the progress (2 ranks, medians
+    // of paired ratios). With 4 ranks on its 2 cores that delay of the
+    // progress made it 0.79x-0.97x at 1-8 MiB, so ranks that share cores
+    // keep the two copies. Other hosts were not measured
+    // (docs/performance-log.md, "One read for two copies").
+    const bool once = m > 0 && dst != src && !walk.shares_cpus;
+    if (once) {
+      kernels::CopyBytesTwice(stage(me, k), walk.stage_streaming, dst, streaming, src, m * es);
+    } else if (m > 0) {
+      kernels::CopyBytes(stage(me, k), src, m * es, walk.stage_streaming);
+    }
+    op.SetProgress(k + 1);
+    if (!once && m > 0 && dst != src) kernels::CopyBytes(dst, src, m * es, streaming);
     for (int s = 1; s < n; ++s) {
       const int q = (me + s) % n;
       const Block& b = blocks[static_cast<size_t>(q)];

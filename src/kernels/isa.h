@@ -28,6 +28,8 @@ using DivideFn = void (*)(void* data, size_t count, int n);
 // memcpy with streaming stores (copy_nontemporal) or with plain vector
 // stores (copy); no size threshold.
 using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
+// The copy of src to two destinations (CopyBytesTwice); no size threshold.
+using CopyTwiceFn = void (*)(void* a, void* b, const void* src, size_t bytes);
 
 struct IsaTable {
   const char* name;
@@ -38,6 +40,9 @@ struct IsaTable {
   DivideFn divide[kNumDataTypes];
   CopyFn copy_nontemporal;
   CopyFn copy;
+  // src to a and to b in one pass, indexed [a streams][b streams]; null
+  // where the ISA has none (CopyBytesTwice then copies twice).
+  CopyTwiceFn copy_twice[2][2];
 };
 
 // Complete: every supported (dtype, op) is filled.

@@ -304,6 +304,7 @@ consteval IsaTable MakeTable() {
   SetType<F64V>(table, DataType::kFloat64);
   table.copy_nontemporal = &CopyNontemporal<IntV<uint8_t>>;
   table.copy = &CopyVector<IntV<uint8_t>>;
+  SetCopyTwice<IntV<uint8_t>>(table);
   return table;
 }
 

@@ -18,6 +18,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/reduce.h"
@@ -628,6 +629,37 @@ TEST_F(KernelsTest, CopyBytesAllSizesAndAlignments) {
           CopyBytes(dst.data(), src.data(), bytes, nontemporal);
           EXPECT_EQ(std::memcmp(dst.data(), src.data(), bytes), 0);
           EXPECT_TRUE(dst.GuardsIntact());
+        }
+      }
+    }
+  }
+}
+
+// Both destinations with every store kind, at a's offset within a line
+// and at others (where two streaming ones copy twice instead), on both
+// sides of kMinCopyTwiceBytes and kMinNontemporalBytes, with each ISA.
+TEST_F(KernelsTest, CopyBytesTwiceAllSizesAndAlignments) {
+  std::mt19937_64 rng(6);
+  for (const char* isa : AvailableIsas()) {
+    ASSERT_TRUE(ForceIsa(isa));
+    SCOPED_TRACE(std::string("isa ") + isa);
+    for (size_t bytes : {0, 1, 63, 129, 1023, 1024, 1025, 16383, 16384, 16385, 100013, (1 << 20) + 7}) {
+      for (int stores = 0; stores < 4; ++stores) {
+        const bool a_nt = (stores & 1) != 0;
+        const bool b_nt = (stores & 2) != 0;
+        for (const auto& [a_offset, b_offset] : {std::pair{0, 0}, {0, 16}, {13, 13}, {13, 1}, {48, 0}}) {
+          SCOPED_TRACE("bytes " + std::to_string(bytes) + " nt " + std::to_string(a_nt) + std::to_string(b_nt) +
+                       " offsets " + std::to_string(a_offset) + "," + std::to_string(b_offset));
+          Buffer src(1, bytes, 16, false);
+          Buffer a(1, bytes, a_offset, true);
+          Buffer b(1, bytes, b_offset, true);
+          auto* s = static_cast<uint8_t*>(src.data());
+          for (size_t i = 0; i < bytes; ++i) s[i] = static_cast<uint8_t>(rng());
+          CopyBytesTwice(a.data(), a_nt, b.data(), b_nt, src.data(), bytes);
+          EXPECT_EQ(std::memcmp(a.data(), src.data(), bytes), 0);
+          EXPECT_EQ(std::memcmp(b.data(), src.data(), bytes), 0);
+          EXPECT_TRUE(a.GuardsIntact());
+          EXPECT_TRUE(b.GuardsIntact());
         }
       }
     }

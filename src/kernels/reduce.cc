@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <utility>
 #include <string_view>
 
 #include "base/logging.h"
@@ -138,6 +139,24 @@ void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal) {
   } else {
     std::memcpy(dst, src, bytes);
   }
+}
+
+void CopyBytesTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, const void* src, size_t bytes) {
+  bool stream_a = a_nontemporal && bytes >= kMinNontemporalBytes;
+  bool stream_b = b_nontemporal && bytes >= kMinNontemporalBytes;
+  // The loop's stores start on a line in its first destination: that must
+  // be the streaming one, and a second streaming one must share its offset.
+  if (stream_b && !stream_a) {
+    std::swap(a, b);
+    std::swap(stream_a, stream_b);
+  }
+  const CopyTwiceFn fn = Active().copy_twice[stream_a ? 1 : 0][stream_b ? 1 : 0];
+  if (fn == nullptr || bytes < kMinCopyTwiceBytes || (stream_b && CopyMisaligned(a, b))) {
+    CopyBytes(a, src, bytes, stream_a);
+    CopyBytes(b, src, bytes, stream_b);
+    return;
+  }
+  fn(a, b, src, bytes);
 }
 
 namespace {

@@ -63,6 +63,14 @@ void DivideByCount(void* data, size_t count, DataType dtype, int n);
 inline constexpr size_t kMinNontemporalBytes = 16 * 1024;
 void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal);
 
+// CopyBytes(a, src, bytes, a_nontemporal) and CopyBytes(b, src, bytes,
+// b_nontemporal) in one pass over src, which is loaded once. Copies under
+// kMinCopyTwiceBytes, and copies where both destinations stream but sit at
+// different offsets within a line, are the two copies instead. a, b and src
+// must not overlap.
+inline constexpr size_t kMinCopyTwiceBytes = 1024;
+void CopyBytesTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, const void* src, size_t bytes);
+
 // True when dst lies 1 to 63 bytes after src modulo 4 KiB. A string copy
 // (rep movsb, which glibc's memcpy uses for some sizes: measured slow here
 // from 4 KiB to 256 KiB, not at 1 KiB or 1 MiB; the kernel uses it for every
