@@ -666,6 +666,26 @@ TEST_F(KernelsTest, CopyBytesTwiceAllSizesAndAlignments) {
   }
 }
 
+TEST_F(KernelsTest, CopyBytesTwiceFusesWhereTheLoopCanRun) {
+  alignas(64) static uint8_t a[64 * 1024];
+  alignas(64) static uint8_t b[64 * 1024 + 64];
+  const size_t big = 32 * 1024;  // past kMinNontemporalBytes
+  for (const char* isa : AvailableIsas()) {
+    ASSERT_TRUE(ForceIsa(isa));
+    SCOPED_TRACE(std::string("isa ") + isa);
+    const bool vector = std::string(isa) != "generic";
+    EXPECT_EQ(CopyBytesTwiceFuses(a, false, b + 16, false, big), vector);
+    EXPECT_EQ(CopyBytesTwiceFuses(a, true, b + 16, false, big), vector);
+    EXPECT_EQ(CopyBytesTwiceFuses(a, false, b + 16, true, big), vector);  // b streams: it goes first
+    EXPECT_EQ(CopyBytesTwiceFuses(a, true, b + 64, true, big), vector);   // both stream, same offset
+    EXPECT_FALSE(CopyBytesTwiceFuses(a, true, b + 16, true, big));        // both stream, offsets differ
+    EXPECT_EQ(CopyBytesTwiceFuses(a, false, b, false, kMinCopyTwiceBytes), vector);
+    EXPECT_FALSE(CopyBytesTwiceFuses(a, false, b, false, kMinCopyTwiceBytes - 1));
+    // Under kMinNontemporalBytes neither streams, whatever was asked.
+    EXPECT_EQ(CopyBytesTwiceFuses(a, true, b + 16, true, kMinNontemporalBytes - 1), vector);
+  }
+}
+
 // Fills src[0, bytes) from `rng`, copies it to dst with CopyBytes (plain
 // stores) and checks the copy and the guard bytes just outside it.
 void ExpectGuardedCopy(uint8_t* dst, uint8_t* src, size_t bytes, std::mt19937_64& rng) {

@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <cstring>
-#include <utility>
 #include <string_view>
 
 #include "base/logging.h"
@@ -141,22 +140,39 @@ void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal) {
   }
 }
 
+namespace {
+// The one-pass loop for these destinations, or null where CopyBytesTwice
+// makes two copies. The loop's vector stores start on a vector boundary in
+// its first destination: that must be the streaming one (`swap`: b comes
+// first), and a second streaming one must share its offset within a line.
+CopyTwiceFn CopyTwiceLoopFor(const void* a, bool a_nontemporal, const void* b, bool b_nontemporal, size_t bytes,
+                             bool* swap) {
+  const bool stream_a = a_nontemporal && bytes >= kMinNontemporalBytes;
+  const bool stream_b = b_nontemporal && bytes >= kMinNontemporalBytes;
+  *swap = stream_b && !stream_a;
+  if (bytes < kMinCopyTwiceBytes || (stream_a && stream_b && CopyMisaligned(a, b))) return nullptr;
+  const bool first = *swap ? stream_b : stream_a;
+  const bool second = *swap ? stream_a : stream_b;
+  return Active().copy_twice[first ? 1 : 0][second ? 1 : 0];
+}
+}  // namespace
+
 void CopyBytesTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, const void* src, size_t bytes) {
-  bool stream_a = a_nontemporal && bytes >= kMinNontemporalBytes;
-  bool stream_b = b_nontemporal && bytes >= kMinNontemporalBytes;
-  // The loop's stores start on a line in its first destination: that must
-  // be the streaming one, and a second streaming one must share its offset.
-  if (stream_b && !stream_a) {
-    std::swap(a, b);
-    std::swap(stream_a, stream_b);
+  bool swap = false;
+  const CopyTwiceFn fn = CopyTwiceLoopFor(a, a_nontemporal, b, b_nontemporal, bytes, &swap);
+  if (fn == nullptr) {
+    CopyBytes(a, src, bytes, a_nontemporal);
+    CopyBytes(b, src, bytes, b_nontemporal);
+  } else if (swap) {
+    fn(b, a, src, bytes);
+  } else {
+    fn(a, b, src, bytes);
   }
-  const CopyTwiceFn fn = Active().copy_twice[stream_a ? 1 : 0][stream_b ? 1 : 0];
-  if (fn == nullptr || bytes < kMinCopyTwiceBytes || (stream_b && CopyMisaligned(a, b))) {
-    CopyBytes(a, src, bytes, stream_a);
-    CopyBytes(b, src, bytes, stream_b);
-    return;
-  }
-  fn(a, b, src, bytes);
+}
+
+bool CopyBytesTwiceFuses(const void* a, bool a_nontemporal, const void* b, bool b_nontemporal, size_t bytes) {
+  bool swap = false;
+  return CopyTwiceLoopFor(a, a_nontemporal, b, b_nontemporal, bytes, &swap) != nullptr;
 }
 
 namespace {

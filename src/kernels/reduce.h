@@ -64,12 +64,17 @@ inline constexpr size_t kMinNontemporalBytes = 16 * 1024;
 void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal);
 
 // CopyBytes(a, src, bytes, a_nontemporal) and CopyBytes(b, src, bytes,
-// b_nontemporal) in one pass over src, which is loaded once. Copies under
-// kMinCopyTwiceBytes, and copies where both destinations stream but sit at
-// different offsets within a line, are the two copies instead. a, b and src
-// must not overlap.
+// b_nontemporal) in one pass over src, which is loaded once. Where
+// CopyBytesTwiceFuses says no, it makes the two copies instead. a, b and
+// src must not overlap.
 inline constexpr size_t kMinCopyTwiceBytes = 1024;
 void CopyBytesTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, const void* src, size_t bytes);
+// Whether CopyBytesTwice with these arguments makes one pass: not for
+// copies under kMinCopyTwiceBytes, not with the portable kernels (which
+// have no such loop), and not when both destinations stream but sit at
+// different offsets within a 64-byte line (streaming stores need the
+// alignment the loop gives its first destination only).
+bool CopyBytesTwiceFuses(const void* a, bool a_nontemporal, const void* b, bool b_nontemporal, size_t bytes);
 
 // True when dst lies 1 to 63 bytes after src modulo 4 KiB. A string copy
 // (rep movsb, which glibc's memcpy uses for some sizes: measured slow here
