@@ -268,8 +268,8 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
 }
 
 // The AMD Zen 4 table: the Zen 3 one, but with a core per rank allgather
-// takes cma from past the slots to 1 MiB, alltoall to 1 MiB and reduce to
-// 512 KiB, and the slots hold reduce to 64 KiB; with ranks sharing cores,
+// takes cma from blocks past 16 KiB to 1 MiB of buffer, alltoall to 1 MiB
+// and reduce to 512 KiB, and the slots hold reduce to 64 KiB; with ranks sharing cores,
 // or without single copy, the pipe as on Zen 3.
 TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAlltoallAndReduce) {
   algorithms::GroupView g = TwoRanksOneHost();
@@ -277,6 +277,7 @@ TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAlltoallAndReduce) {
   std::vector<FlatWant> zen4_limits = kAmdFlatLimits;
   for (FlatWant& w : zen4_limits) {
     if (w.kind == algorithms::CollKind::kReduce) w.own_cores = 64 * kKiB;
+    if (w.kind == algorithms::CollKind::kAllgather) w.own_cores = 16 * kKiB;
   }
   ExpectFlatLimits(g, zen4_limits);
   g.shares_cpus = false;
@@ -284,9 +285,10 @@ TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAlltoallAndReduce) {
   EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 64 * kKiB + 64), "cma");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 512 * kKiB - 64), "cma");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 512 * kKiB), "shm_pipe");
-  // Allgather: the slots hold 64 KiB blocks (128 KiB of buffer with 2 ranks).
-  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB), "shm_flat");
-  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB + 128), "cma");
+  // Allgather: the slots hold 16 KiB blocks (32 KiB of buffer with 2 ranks).
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 32 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 32 * kKiB + 128), "cma");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB), "cma");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 1 * kMiB - 128), "cma");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 1 * kMiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 4 * kMiB), "shm_pipe");
@@ -314,9 +316,12 @@ TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAlltoallAndReduce) {
   g.cma = false;
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 1 * kMiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 256 * kKiB), "shm_pipe");
-  // Without single copy reduce keeps the slots' 64 KiB and the pipe past them.
+  // Without single copy reduce keeps the slots' 64 KiB and the pipe past
+  // them, and allgather the slots' 64 KiB blocks.
   EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 64 * kKiB), "shm_flat");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kReduce, 128 * kKiB), "shm_pipe");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB), "shm_flat");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB + 128), "shm_pipe");
 }
 
 // The AMD Zen 5 table: with a core per rank the slots take all six

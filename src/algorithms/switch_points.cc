@@ -102,7 +102,17 @@ uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
 // hold reduce to 64 KiB, where they ran 2.1x faster than the pipe (`choir
 // perf -n 2 --op reduce --algo shm_flat|shm_pipe`, 7 interleaved launches
 // of 1000 calls, median busbw 12.0 (1.7-13.2) against 5.65 (1.43-7.20)
-// GB/s; 32 KiB 6.6 against 7.2; docs/performance-log.md).
+// GB/s; 32 KiB 6.6 against 7.2; docs/performance-log.md). And with a
+// core per rank and cma allowed the slots hold allgather blocks to 16 KiB
+// only: larger ones take cma, whose kernel copies the host's slow spells
+// do not slow down (without cma the pipe would take them, slower there). `choir perf -n 2 --op allgather --algo cma` against the slots,
+// 300 calls, paired busbw ratios of interleaved launches (2026-12-07):
+// with 32 KiB blocks (64 KiB of buffer) 1.05x and 1.04x in fast spells,
+// 2.27x where the slots met a slow one (1.4-2.2 GB/s); with 64 KiB
+// blocks 1.09x, 1.18x and 3.20x; with 16 KiB blocks the slots kept
+// 1.16x and 1.15x in fast spells (cma 1.34x in the slow one).
+// docs/performance-log.md, "The slots or cma for allgather blocks of
+// 32-64 KiB".
 //
 // The Zen 5 host (EPYC, family 26 model 2), a core per rank: the slots won
 // up to 64 KiB for every collective, as much as they hold (64 KiB of
@@ -115,12 +125,13 @@ uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
 // slots 1.2x-2.9x faster; allgather at 128 KiB 11.0 against 11.2. With 4
 // ranks on 2 cores, and for the collectives not measured there, the Zen 3
 // limits.
-size_t AmdFlatLimit(SwitchTable table, CollKind kind, bool shares_cpus) {
+size_t AmdFlatLimit(SwitchTable table, CollKind kind, bool cma, bool shares_cpus) {
   const bool measured_on_zen5 = kind == CollKind::kAllreduce || kind == CollKind::kReduceScatter ||
                                 kind == CollKind::kAllgather || kind == CollKind::kAlltoall ||
                                 kind == CollKind::kReduce || kind == CollKind::kBroadcast;
   if (table == SwitchTable::kAmdZen5 && !shares_cpus && measured_on_zen5) return 64 * kKiB;
   if (table == SwitchTable::kAmdZen4 && kind == CollKind::kReduce && !shares_cpus) return 64 * kKiB;
+  if (table == SwitchTable::kAmdZen4 && kind == CollKind::kAllgather && cma && !shares_cpus) return 16 * kKiB;
   switch (kind) {
     case CollKind::kAllreduce:
       return (shares_cpus ? 32 : 16) * kKiB;
@@ -268,7 +279,7 @@ SameHostOrder SameHostOrderFor(SwitchTable table, CollKind kind, bool cma, bool 
     // (allgather, alltoall, reduce) and Zen 5 (the slots' limits):
     // AmdFlatLimit and AmdPipeMin.
     const bool has_pipe = FindAlgorithm(kind, "shm_pipe") != nullptr;
-    if (const size_t limit = AmdFlatLimit(table, kind, shares_cpus); limit > 0 && (cma || has_pipe)) {
+    if (const size_t limit = AmdFlatLimit(table, kind, cma, shares_cpus); limit > 0 && (cma || has_pipe)) {
       order.flat_max = limit;
     }
     if (has_pipe) order.pipe_min = AmdPipeMin(table, kind, shares_cpus);
