@@ -269,8 +269,9 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
 
 // The AMD Zen 4 table: the Zen 3 one, but with a core per rank allgather
 // takes cma from blocks past 16 KiB to 1 MiB of buffer, alltoall to 1 MiB
-// and reduce to 512 KiB, and the slots hold reduce to 64 KiB; with ranks sharing cores,
-// or without single copy, the pipe as on Zen 3.
+// and reduce to 512 KiB, and the slots hold reduce to 64 KiB; with ranks
+// sharing cores, or without single copy, the pipe as on Zen 3 (allgather:
+// the slots to 64 KiB blocks without single copy).
 TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAlltoallAndReduce) {
   algorithms::GroupView g = TwoRanksOneHost();
   g.switch_table = algorithms::SwitchTable::kAmdZen4;

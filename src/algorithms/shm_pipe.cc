@@ -345,11 +345,12 @@ Status GatherThroughPipe(AreaOp& op, const uint8_t* own, uint8_t* buf, const Blo
     // the stage. On the Zen 4 host, 2 ranks, against a copy for each with
     // the own one after the progress, as built: 1.08x-1.17x at 1-256 MiB
     // (medians of paired ratios, 11 interleaved launches; 0.93x-1.19x and
-    // 1.02x-1.16x in the other launch order, 11 and 15). With 4 ranks on its 2 cores it ran
-    // 0.79x-0.97x at 1-8 MiB, likely because the later progress kept the
-    // peers waiting, so ranks that share cores keep the two copies, as do
-    // copies CopyBytesTwice would not make in one pass. Other hosts were
-    // not measured (docs/performance-log.md, "One read for two copies").
+    // 1.02x-1.16x in the other launch order, 11 and 15 launches). With 4
+    // ranks on its 2 cores it ran 0.79x-0.97x at 1-8 MiB, likely because
+    // the later progress kept the peers waiting, so ranks that share cores
+    // keep the two copies, as do copies CopyBytesTwice would not make in
+    // one pass. Other hosts were not measured (docs/performance-log.md,
+    // "One read for two copies").
     const bool once = m > 0 && dst != src && !walk.shares_cpus &&
                       kernels::CopyBytesTwiceFuses(stage(me, k), walk.stage_streaming, dst, streaming, m * es);
     if (once) {

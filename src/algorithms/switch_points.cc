@@ -105,8 +105,9 @@ uint64_t IntelPipeMinWithCma(CollKind kind, bool shares_cpus) {
 // GB/s; 32 KiB 6.6 against 7.2; docs/performance-log.md). And with a
 // core per rank and cma allowed the slots hold allgather blocks to 16 KiB
 // only: larger ones take cma, whose kernel copies the host's slow spells
-// do not slow down (without cma the pipe would take them, slower there). `choir perf -n 2 --op allgather --algo cma` against the slots,
-// 300 calls, paired busbw ratios of interleaved launches (2026-12-07):
+// do not slow down (without cma the pipe would take them, slower there).
+// `choir perf -n 2 --op allgather --algo cma` against the slots, 300
+// calls, paired busbw ratios of interleaved launches (2026-12-07):
 // with 32 KiB blocks (64 KiB of buffer) 1.05x and 1.04x in fast spells,
 // 2.27x where the slots met a slow one (1.4-2.2 GB/s); with 64 KiB
 // blocks 1.09x, 1.18x and 3.20x; with 16 KiB blocks the slots kept

@@ -151,9 +151,9 @@ CopyTwiceFn CopyTwiceLoopFor(const void* a, bool a_nontemporal, const void* b, b
   const bool stream_b = b_nontemporal && bytes >= kMinNontemporalBytes;
   *swap = stream_b && !stream_a;
   if (bytes < kMinCopyTwiceBytes || (stream_a && stream_b && CopyMisaligned(a, b))) return nullptr;
-  const bool first = *swap ? stream_b : stream_a;
-  const bool second = *swap ? stream_a : stream_b;
-  return Active().copy_twice[first ? 1 : 0][second ? 1 : 0];
+  // After the swap the first destination streams if either does, the
+  // second only if both do.
+  return Active().copy_twice[stream_a || stream_b ? 1 : 0][stream_a && stream_b ? 1 : 0];
 }
 }  // namespace
 
