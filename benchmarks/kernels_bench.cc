@@ -123,6 +123,12 @@ std::string SizeName(size_t bytes) {
                              : std::to_string(bytes >> 10) + "KiB";
 }
 
+// Registers `fn(args...)` under `name`, timed in real time, in µs.
+template <class Fn, class... Args>
+void Register(const std::string& name, Fn fn, Args... args) {
+  benchmark::RegisterBenchmark(name.c_str(), fn, args...)->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+
 void RegisterAll() {
   const size_t sizes[] = {64u << 10, 1u << 20, 64u << 20};
   const DataType types[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16};
@@ -132,9 +138,7 @@ void RegisterAll() {
         for (bool nt : {false, true}) {
           const std::string name = std::string("sum/") + DataTypeName(type) + "/" +
                                    SizeName(bytes) + "/" + isa + (nt ? "/nt" : "/cached");
-          benchmark::RegisterBenchmark(name.c_str(), BenchSum, isa, type, bytes, nt, size_t{0})
-              ->UseRealTime()
-              ->Unit(benchmark::kMicrosecond);
+          Register(name, BenchSum, isa, type, bytes, nt, size_t{0});
         }
       }
     }
@@ -142,27 +146,21 @@ void RegisterAll() {
       for (bool nt : {false, true}) {
         const std::string name = std::string("sum/float32/") + SizeName(bytes) + "/" + isa +
                                  (nt ? "/nt" : "/cached") + "/line+16";
-        benchmark::RegisterBenchmark(name.c_str(), BenchSum, isa, DataType::kFloat32, bytes, nt, size_t{16})
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
+        Register(name, BenchSum, isa, DataType::kFloat32, bytes, nt, size_t{16});
       }
     }
     for (size_t bytes : sizes) {
       for (bool nt : {false, true}) {
         const std::string name =
             std::string("copy/") + SizeName(bytes) + "/" + isa + (nt ? "/nt" : "/cached");
-        benchmark::RegisterBenchmark(name.c_str(), BenchCopy, isa, bytes, nt)
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
+        Register(name, BenchCopy, isa, bytes, nt);
       }
     }
     for (size_t bytes : sizes) {
       for (bool fused : {false, true}) {
         const std::string name =
             std::string("copy_twice/") + SizeName(bytes) + "/" + isa + (fused ? "/fused" : "/separate");
-        benchmark::RegisterBenchmark(name.c_str(), BenchCopyTwice, isa, bytes, fused)
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
+        Register(name, BenchCopyTwice, isa, bytes, fused);
       }
     }
   }
