@@ -3,11 +3,13 @@
 // buffer, for every ISA this CPU has, with and without streaming stores; the
 // float32 sum again with every buffer 16 bytes past a cache line (`/line+16`,
 // where a plain malloc's large blocks start); plus CopyBytes for reference,
-// and CopyBytesTwice against two CopyBytes (`copy_twice/`).
+// CopyBytesTwice against two CopyBytes (`copy_twice/`), and ReduceManyTwice
+// against ReduceMany and CopyBytes (`sum_twice/`).
 //
 // bytes_per_second counts the useful memory traffic: both inputs read and the
 // output written (3 x buffer size per iteration; 2 x for copies; 3 x for
-// copy_twice, one read and two writes, fused or not). Without
+// copy_twice, one read and two writes, fused or not; 4 x for sum_twice,
+// two reads and two writes). Without
 // streaming stores the hardware also reads each output line before writing
 // it, which is the traffic the `nt` variants avoid.
 //
@@ -118,6 +120,36 @@ void BenchCopyTwice(benchmark::State& state, const char* isa, size_t bytes, bool
   ForceIsa("auto");
 }
 
+// float32 a + b to two destinations, as the pipe's allreduce stages a
+// rank's result for its peers and writes it to its own output: the stage on
+// a line, plain stores; the inputs and the output 16 bytes past a line, the
+// output streaming with `nt`. `fused`: ReduceManyTwice (each result vector
+// stored twice); otherwise ReduceMany into the stage, then CopyBytes out.
+void BenchSumTwice(benchmark::State& state, const char* isa, size_t bytes, bool nt, bool fused) {
+  if (!ForceIsa(isa)) {
+    state.SkipWithError("ISA not available");
+    return;
+  }
+  AlignedBuffer a = MakeBuffer(bytes + 16, DataType::kFloat32, 1);
+  AlignedBuffer b = MakeBuffer(bytes + 16, DataType::kFloat32, 2);
+  AlignedBuffer stage = MakeBuffer(bytes, DataType::kFloat32, 3);
+  AlignedBuffer out = MakeBuffer(bytes + 16, DataType::kFloat32, 4);
+  const void* srcs[2] = {a.get() + 16, b.get() + 16};
+  const size_t count = bytes / sizeof(float);
+  for (auto _ : state) {
+    if (fused) {
+      ReduceManyTwice(stage.get(), false, out.get() + 16, nt, srcs, 2, count, DataType::kFloat32, ReduceOp::kSum);
+    } else {
+      ReduceMany(stage.get(), srcs, 2, count, DataType::kFloat32, ReduceOp::kSum, false);
+      CopyBytes(out.get() + 16, stage.get(), bytes, nt);
+    }
+    benchmark::DoNotOptimize(out.get());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 4 * static_cast<int64_t>(bytes));
+  ForceIsa("auto");
+}
+
 std::string SizeName(size_t bytes) {
   return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + "MiB"
                              : std::to_string(bytes >> 10) + "KiB";
@@ -161,6 +193,15 @@ void RegisterAll() {
         const std::string name =
             std::string("copy_twice/") + SizeName(bytes) + "/" + isa + (fused ? "/fused" : "/separate");
         Register(name, BenchCopyTwice, isa, bytes, fused);
+      }
+    }
+    for (size_t bytes : sizes) {
+      for (bool nt : {false, true}) {
+        for (bool fused : {false, true}) {
+          const std::string name = std::string("sum_twice/") + SizeName(bytes) + "/" + isa +
+                                   (nt ? "/nt" : "/cached") + (fused ? "/fused" : "/separate");
+          Register(name, BenchSumTwice, isa, bytes, nt, fused);
+        }
       }
     }
   }

@@ -213,6 +213,18 @@ void StageForPeers(const AreaOp& op, const uint8_t* in, const Blocks& blocks, ui
   }
 }
 
+// The buffer (every slice) from which ReduceThroughPipe stores a result it
+// stages in one pass with the rank's own output. On the AMD EPYC Zen 4
+// host, 2 ranks, `choir perf --op allreduce`, against the stage then a
+// copy out of it, medians of paired busbw ratios over 9 interleaved
+// launches in each order: 1.09x-1.27x at 512 KiB-16 MiB and 1.07x-1.14x
+// at 64 MiB, but 0.77x-0.94x at 64 KiB, 0.83x-1.01x at 128 KiB and
+// 0.97x-1.04x at 256 KiB (buffers that take a single step). With 4 ranks
+// on its 2 cores 0.80x-0.89x at 1-16 MiB (7 launches), so ranks that share
+// cores keep the copy. Other hosts were not measured
+// (docs/performance-log.md, "One pass for the allreduce's result").
+constexpr size_t kOnePassResultMinBytes = 512 * 1024;
+
 // Who receives what of a reduction over the pipe.
 enum class Output {
   kMySlice,      // reduce_scatter: each rank its slice, at `out`
@@ -246,6 +258,13 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
   // The staged result with streaming stores only when peers read it and
   // nothing rewrites it here first (averaging would bring it back).
   const bool stream_result = walk.stage_streaming && staged && !(average && c.op() == ReduceOp::kAvg);
+  // A result staged for the peers and written to this rank's output is
+  // stored to both in one pass (ReduceManyTwice), as the allgather's stage
+  // and own copy are (GatherThroughPipe), where the ranks have a core each,
+  // nothing rewrites the result in between (averaging) and the buffer is
+  // at least kOnePassResultMinBytes.
+  const bool one_pass = !walk.shares_cpus && !(average && c.op() == ReduceOp::kAvg) &&
+                        ElemsSpanned(slices) * es >= kOnePassResultMinBytes;
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (uint64_t k = 0; k < walk.steps; ++k) {
     if (k >= 2) CHOIR_RETURN_IF_ERROR(op.WaitConsumedByAll(k - 1));
@@ -267,14 +286,20 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
       if (m > 0) kernels::ReduceMany(my_out + k * chunk * es, srcs.data(), n, m, c.dtype(), c.op(), streaming);
     } else {
       uint8_t* result = stage(me, k, me);
-      if (m > 0) {
-        kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), stream_result);
-        if (average) FinishAverage(c, result, m);
+      uint8_t* own = my_out != nullptr ? my_out + k * chunk * es : nullptr;
+      if (m > 0 && own != nullptr && one_pass &&
+          kernels::ReduceManyTwiceFuses(result, stream_result, own, streaming, m, c.dtype(), c.op())) {
+        kernels::ReduceManyTwice(result, stream_result, own, streaming, srcs.data(), n, m, c.dtype(), c.op());
+      } else {
+        if (m > 0) {
+          kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), stream_result);
+          if (average) FinishAverage(c, result, m);
+        }
+        // This rank's own copy of its result goes before the peers may
+        // read it: copying it out while they read the same lines ran
+        // slower (Walk::first_parity says where this was measured).
+        if (m > 0 && own != nullptr) kernels::CopyBytes(own, result, m * es, streaming);
       }
-      // This rank's own copy of its result goes before the peers may read
-      // it: copying it out while they read the same lines ran slower
-      // (Walk::first_parity says where this was measured).
-      if (m > 0 && my_out != nullptr) kernels::CopyBytes(my_out + k * chunk * es, result, m * es, streaming);
       op.SetProgress(2 * k + 2);
     }
     // C. every peer's result.

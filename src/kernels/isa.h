@@ -23,6 +23,10 @@ namespace choir::kernels {
 
 // dst[i] = op over srcs[0..k)[i]; see ReduceMany.
 using ManyFn = void (*)(void* dst, const void* const* srcs, int k, size_t count, bool nontemporal);
+// ManyFn's result stored to a and to b in one pass (ReduceManyTwice):
+// `streams` 0 (plain stores), 1 (a streams) or 2 (both stream; b at a's
+// offset within a line).
+using ManyTwiceFn = void (*)(void* a, void* b, const void* const* srcs, int k, size_t count, int streams);
 // data[i] /= n.
 using DivideFn = void (*)(void* data, size_t count, int n);
 // memcpy with streaming stores (copy_nontemporal) or with plain vector
@@ -37,6 +41,9 @@ struct IsaTable {
   // sum), as do bitwise ops on floating-point types.
   ReduceFn reduce[kNumDataTypes][kNumReduceOps];
   ManyFn many[kNumDataTypes][kNumReduceOps];
+  // Null in the portable table and for pairs a SIMD file lacks
+  // (ReduceManyTwice then reduces and copies).
+  ManyTwiceFn many_twice[kNumDataTypes][kNumReduceOps];
   DivideFn divide[kNumDataTypes];
   CopyFn copy_nontemporal;
   CopyFn copy;

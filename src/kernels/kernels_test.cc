@@ -483,6 +483,123 @@ TEST_F(KernelsTest, ManyNontemporalLarge) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// ReduceManyTwice: the result of ReduceMany stored to two destinations.
+
+// How a ReduceManyTwice case places its destinations: element offsets past a
+// 64-byte boundary, the store kinds asked, and which destination (if any)
+// is the first source itself (in place).
+struct TwiceCase {
+  size_t a_offset, b_offset;
+  bool a_nt, b_nt;
+  int alias;  // 0 none, 1 a is srcs[0], 2 b is srcs[0]
+};
+
+template <class R>
+void RunManyTwice(DataType type, ReduceOp op, int k, size_t count, const TwiceCase& t, std::mt19937_64& rng) {
+  using T = typename R::T;
+  SCOPED_TRACE("k " + std::to_string(k) + ", count " + std::to_string(count) + ", offsets " +
+               std::to_string(t.a_offset) + "/" + std::to_string(t.b_offset) + ", nt " + std::to_string(t.a_nt) +
+               std::to_string(t.b_nt) + ", alias " + std::to_string(t.alias));
+  std::vector<std::unique_ptr<Buffer>> bufs;
+  std::vector<const void*> srcs;
+  std::vector<std::vector<T>> inputs(k, std::vector<T>(count));
+  for (int j = 0; j < k; ++j) {
+    const size_t offset = j == 0 && t.alias == 1   ? t.a_offset
+                          : j == 0 && t.alias == 2 ? t.b_offset
+                                                   : static_cast<size_t>(j * 3 % 7);
+    bufs.push_back(std::make_unique<Buffer>(sizeof(T), count, offset, j == 0 && t.alias != 0));
+    T* p = static_cast<T*>(bufs.back()->data());
+    for (size_t i = 0; i < count; ++i) inputs[j][i] = p[i] = R::Random(rng);
+    srcs.push_back(p);
+  }
+  Buffer a_buf(sizeof(T), count, t.a_offset, true);
+  Buffer b_buf(sizeof(T), count, t.b_offset, true);
+  T* a = t.alias == 1 ? static_cast<T*>(bufs[0]->data()) : static_cast<T*>(a_buf.data());
+  T* b = t.alias == 2 ? static_cast<T*>(bufs[0]->data()) : static_cast<T*>(b_buf.data());
+  ReduceManyTwice(a, t.a_nt, b, t.b_nt, srcs.data(), k, count, type, op);
+  for (size_t i = 0; i < count; ++i) {
+    typename R::Acc acc = R::Decode(inputs[0][i]);
+    for (int j = 1; j < k; ++j) acc = R::Apply(op, acc, R::Decode(inputs[j][i]));
+    const T expected = k == 1 ? inputs[0][i] : R::Encode(acc);
+    if (!R::Same(a[i], expected) || !R::Same(b[i], expected)) {
+      FAIL() << "element " << i << ": " << ReduceOpName(op) << " gave " << R::Show(a[i]) << " and "
+             << R::Show(b[i]) << ", want " << R::Show(expected);
+    }
+  }
+  for (auto& buf : bufs) EXPECT_TRUE(buf->GuardsIntact());
+  EXPECT_TRUE(a_buf.GuardsIntact() && b_buf.GuardsIntact()) << "wrote outside the outputs";
+}
+
+// Every dtype, op and ISA, one to three sources, rotating through store
+// kinds, offsets (alike and different within a line) and aliasing.
+TEST_F(KernelsTest, ManyTwiceEveryTypeOpIsaAndSourceCount) {
+  constexpr size_t kTwiceCounts[] = {0, 1, 17, 300, 1029, 5003};
+  constexpr TwiceCase kCases[] = {{0, 0, false, false, 0}, {0, 0, true, false, 0}, {5, 5, true, true, 1},
+                                  {0, 3, false, true, 2},  {7, 1, true, true, 0},  {3, 0, true, false, 2}};
+  std::mt19937_64 rng(7);
+  for (const char* isa : AvailableIsas()) {
+    ASSERT_TRUE(ForceIsa(isa));
+    SCOPED_TRACE(std::string("isa ") + isa);
+    for (DataType type : kAllTypes) {
+      for (ReduceOp op : kAllOps) {
+        if (IsBitwise(op) && IsFloatingPoint(type)) continue;
+        SCOPED_TRACE(std::string(DataTypeName(type)) + " " + ReduceOpName(op));
+        size_t variant = 0;
+        for (int k = 1; k <= 3; ++k) {
+          for (size_t count : kTwiceCounts) {
+            const TwiceCase& t = kCases[variant++ % std::size(kCases)];
+            VisitRef(type, [&](auto ref) { RunManyTwice<decltype(ref)>(type, op, k, count, t, rng); });
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// float32 sums past kMinNontemporalBytes with every store kind, offset pair
+// and alias: the one-pass loops and the two-step fallback alike.
+TEST_F(KernelsTest, ManyTwiceLargeEveryStoreKind) {
+  std::mt19937_64 rng(8);
+  for (const char* isa : AvailableIsas()) {
+    ASSERT_TRUE(ForceIsa(isa));
+    SCOPED_TRACE(std::string("isa ") + isa);
+    for (size_t count : {size_t{255}, size_t{256}, size_t{4095}, size_t{4096}, size_t{100003}}) {
+      for (int stores = 0; stores < 4; ++stores) {
+        for (const auto& [a_offset, b_offset] : {std::pair<size_t, size_t>{0, 0}, {0, 4}, {3, 3}, {3, 1}}) {
+          for (int alias = 0; alias < 3; ++alias) {
+            const TwiceCase t{a_offset, b_offset, (stores & 1) != 0, (stores & 2) != 0, alias};
+            RunManyTwice<RefFloat<float>>(DataType::kFloat32, ReduceOp::kSum, 2, count, t, rng);
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(KernelsTest, ManyTwiceFusesWhereTheLoopCanRun) {
+  alignas(64) static float a[16 * 1024];
+  alignas(64) static float b[16 * 1024 + 16];
+  const size_t big = 8 * 1024;  // 32 KiB of float32: past kMinNontemporalBytes
+  const DataType f32 = DataType::kFloat32;
+  for (const char* isa : AvailableIsas()) {
+    ASSERT_TRUE(ForceIsa(isa));
+    SCOPED_TRACE(std::string("isa ") + isa);
+    const bool vector = std::string(isa) != "generic";
+    EXPECT_EQ(ReduceManyTwiceFuses(a, false, b + 4, false, big, f32, ReduceOp::kSum), vector);
+    EXPECT_EQ(ReduceManyTwiceFuses(a, true, b + 4, false, big, f32, ReduceOp::kMax), vector);
+    EXPECT_EQ(ReduceManyTwiceFuses(a, false, b + 4, true, big, f32, ReduceOp::kAvg), vector);  // b goes first
+    EXPECT_EQ(ReduceManyTwiceFuses(a, true, b + 16, true, big, f32, ReduceOp::kSum), vector);  // same offset
+    EXPECT_FALSE(ReduceManyTwiceFuses(a, true, b + 4, true, big, f32, ReduceOp::kSum));        // offsets differ
+    EXPECT_EQ(ReduceManyTwiceFuses(a, false, b, false, kMinCopyTwiceBytes / 4, f32, ReduceOp::kSum), vector);
+    EXPECT_FALSE(ReduceManyTwiceFuses(a, false, b, false, kMinCopyTwiceBytes / 4 - 1, f32, ReduceOp::kSum));
+    // Outside the enums: never one pass (and ReduceManyTwice refuses such a call).
+    EXPECT_FALSE(ReduceManyTwiceFuses(a, false, b, false, big, f32, static_cast<ReduceOp>(99)));
+  }
+}
+
 // Hand-picked special values against each other, every pair, every ISA: the
 // random inputs hit these too, but not every combination.
 TEST_F(KernelsTest, FloatSpecialValuePairs) {

@@ -141,29 +141,49 @@ void CopyBytes(void* dst, const void* src, size_t bytes, bool nontemporal) {
 }
 
 namespace {
-// The one-pass loop for these destinations, or null where CopyBytesTwice
-// makes two copies. The loop's vector stores start on a vector boundary in
-// its first destination: that must be the streaming one (`swap`: b comes
-// first), and a second streaming one must share its offset within a line.
-CopyTwiceFn CopyTwiceLoopFor(const void* a, bool a_nontemporal, const void* b, bool b_nontemporal, size_t bytes,
-                             bool* swap) {
+// How a one-pass loop stores to two destinations of `bytes` each. Its
+// vector stores start on a vector boundary in its first destination: that
+// must be the streaming one (`swap`: b comes first), and a second
+// streaming one must share its offset within a line; otherwise (or under
+// kMinCopyTwiceBytes) no one pass (`fuses` false).
+struct TwoStores {
+  bool fuses;
+  bool swap;
+  bool first_streams;
+  bool second_streams;
+};
+
+TwoStores PlanTwoStores(const void* a, bool a_nontemporal, const void* b, bool b_nontemporal, size_t bytes) {
   const bool stream_a = a_nontemporal && bytes >= kMinNontemporalBytes;
   const bool stream_b = b_nontemporal && bytes >= kMinNontemporalBytes;
-  *swap = stream_b && !stream_a;
-  if (bytes < kMinCopyTwiceBytes || (stream_a && stream_b && CopyMisaligned(a, b))) return nullptr;
+  const bool fuses = bytes >= kMinCopyTwiceBytes && !(stream_a && stream_b && CopyMisaligned(a, b));
   // After the swap the first destination streams if either does, the
   // second only if both do.
-  return Active().copy_twice[stream_a || stream_b ? 1 : 0][stream_a && stream_b ? 1 : 0];
+  return {fuses, stream_b && !stream_a, stream_a || stream_b, stream_a && stream_b};
+}
+
+// The one-pass copy for these destinations, or null where CopyBytesTwice
+// makes two copies (the portable kernels have none).
+CopyTwiceFn CopyTwiceLoopFor(const TwoStores& plan) {
+  return plan.fuses ? Active().copy_twice[plan.first_streams ? 1 : 0][plan.second_streams ? 1 : 0] : nullptr;
+}
+
+// The one-pass reduction for (dtype, op) with these destinations, or null
+// where ReduceManyTwice reduces and copies.
+ManyTwiceFn ManyTwiceLoopFor(const TwoStores& plan, DataType dtype, ReduceOp op) {
+  if (!plan.fuses || !InRange(dtype, op)) return nullptr;
+  if (op == ReduceOp::kAvg) op = ReduceOp::kSum;
+  return Active().many_twice[static_cast<int>(dtype)][static_cast<int>(op)];
 }
 }  // namespace
 
 void CopyBytesTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, const void* src, size_t bytes) {
-  bool swap = false;
-  const CopyTwiceFn fn = CopyTwiceLoopFor(a, a_nontemporal, b, b_nontemporal, bytes, &swap);
+  const TwoStores plan = PlanTwoStores(a, a_nontemporal, b, b_nontemporal, bytes);
+  const CopyTwiceFn fn = CopyTwiceLoopFor(plan);
   if (fn == nullptr) {
     CopyBytes(a, src, bytes, a_nontemporal);
     CopyBytes(b, src, bytes, b_nontemporal);
-  } else if (swap) {
+  } else if (plan.swap) {
     fn(b, a, src, bytes);
   } else {
     fn(a, b, src, bytes);
@@ -171,8 +191,37 @@ void CopyBytesTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, co
 }
 
 bool CopyBytesTwiceFuses(const void* a, bool a_nontemporal, const void* b, bool b_nontemporal, size_t bytes) {
-  bool swap = false;
-  return CopyTwiceLoopFor(a, a_nontemporal, b, b_nontemporal, bytes, &swap) != nullptr;
+  return CopyTwiceLoopFor(PlanTwoStores(a, a_nontemporal, b, b_nontemporal, bytes)) != nullptr;
+}
+
+void ReduceManyTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, const void* const* srcs, int k,
+                     size_t count, DataType dtype, ReduceOp op) {
+  CHOIR_CHECK(k >= 1);
+  CHOIR_CHECK(InRange(dtype, op));
+  const size_t bytes = count * DataTypeSize(dtype);
+  if (k == 1) {
+    CopyBytesTwice(a, a_nontemporal, b, b_nontemporal, srcs[0], bytes);
+    return;
+  }
+  const TwoStores plan = PlanTwoStores(a, a_nontemporal, b, b_nontemporal, bytes);
+  const ManyTwiceFn fn = ManyTwiceLoopFor(plan, dtype, op);
+  if (fn == nullptr) {
+    ReduceMany(a, srcs, k, count, dtype, op, a_nontemporal);
+    CopyBytes(b, a, bytes, b_nontemporal);
+  } else {
+    const int streams = plan.second_streams ? 2 : plan.first_streams ? 1 : 0;
+    if (plan.swap) {
+      fn(b, a, srcs, k, count, streams);
+    } else {
+      fn(a, b, srcs, k, count, streams);
+    }
+  }
+}
+
+bool ReduceManyTwiceFuses(const void* a, bool a_nontemporal, const void* b, bool b_nontemporal, size_t count,
+                          DataType dtype, ReduceOp op) {
+  const TwoStores plan = PlanTwoStores(a, a_nontemporal, b, b_nontemporal, count * DataTypeSize(dtype));
+  return ManyTwiceLoopFor(plan, dtype, op) != nullptr;
 }
 
 namespace {

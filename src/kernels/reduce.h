@@ -76,6 +76,18 @@ void CopyBytesTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, co
 // alignment the loop gives its first destination only).
 bool CopyBytesTwiceFuses(const void* a, bool a_nontemporal, const void* b, bool b_nontemporal, size_t bytes);
 
+// ReduceMany(a, srcs, k, count, dtype, op, a_nontemporal) and then
+// CopyBytes(b, a, bytes, b_nontemporal) in one pass: each result vector is
+// computed once and stored to both. Where ReduceManyTwiceFuses says no, it
+// does the two steps. a and b must not overlap each other; either may
+// alias a source exactly (as ReduceMany's dst may), no other overlap.
+void ReduceManyTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, const void* const* srcs, int k,
+                     size_t count, DataType dtype, ReduceOp op);
+// Whether ReduceManyTwice with these arguments makes one pass: under the
+// same rules as CopyBytesTwiceFuses (its bytes count * the element size).
+bool ReduceManyTwiceFuses(const void* a, bool a_nontemporal, const void* b, bool b_nontemporal, size_t count,
+                          DataType dtype, ReduceOp op);
+
 // True when dst lies 1 to 63 bytes after src modulo 4 KiB. A string copy
 // (rep movsb, which glibc's memcpy uses for some sizes: measured slow here
 // from 4 KiB to 256 KiB, not at 1 KiB or 1 MiB; the kernel uses it for every
