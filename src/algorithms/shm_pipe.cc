@@ -219,8 +219,8 @@ void StageForPeers(const AreaOp& op, const uint8_t* in, const Blocks& blocks, ui
 // copy out of it, medians of paired busbw ratios over 9 interleaved
 // launches in each order: 1.09x-1.27x at 512 KiB-16 MiB and 1.07x-1.14x
 // at 64 MiB, but 0.77x-0.94x at 64 KiB, 0.83x-1.01x at 128 KiB and
-// 0.97x-1.04x at 256 KiB (buffers that take a single step). With 4 ranks
-// on its 2 cores 0.80x-0.89x at 1-16 MiB (7 launches), so ranks that share
+// 0.97x-1.04x at 256 KiB. With 4 ranks on its 2 cores 0.80x-0.89x at 1-16
+// MiB and 1.18x at 64 MiB (7 launches, one order), so ranks that share
 // cores keep the copy. Other hosts were not measured
 // (docs/performance-log.md, "One pass for the allreduce's result").
 constexpr size_t kOnePassResultMinBytes = 512 * 1024;
@@ -263,7 +263,7 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
   // and own copy are (GatherThroughPipe), where the ranks have a core each,
   // nothing rewrites the result in between (averaging) and the buffer is
   // at least kOnePassResultMinBytes.
-  const bool one_pass = !walk.shares_cpus && !(average && c.op() == ReduceOp::kAvg) &&
+  const bool one_pass = staged && !walk.shares_cpus && !(average && c.op() == ReduceOp::kAvg) &&
                         ElemsSpanned(slices) * es >= kOnePassResultMinBytes;
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (uint64_t k = 0; k < walk.steps; ++k) {

@@ -1148,6 +1148,27 @@ TEST(CommPipeTest, TinyPipeWithoutCmaMatchesReference) {
   }
 }
 
+// From 512 KiB of buffer, where the ranks have a core each, the pipe's
+// allreduce stores the result it stages for its peers and its own output
+// in one pass (kOnePassResultMinBytes in shm_pipe.cc): past that, with the
+// stages written with plain and with streaming stores, outputs below and
+// past the streaming threshold (4 MiB), every reduce op, in place and not.
+TEST(CommPipeTest, LargeAllreduceMatchesReference) {
+  for (const char* staging : {"plain", "streaming"}) {
+    params::ScopedOverride stages("CHOIR_SHM_STAGING", staging);
+    auto results = RunRanks(2, [](Communicator& comm) -> Status {
+      SweepOptions so;
+      so.ops = {"allreduce"};
+      so.dtypes = {DataType::kFloat32, DataType::kBFloat16};
+      so.counts = {140001, 1100001};
+      so.algorithm = "shm_pipe";
+      return CheckSweep(comm, so, "shm_pipe", 4);
+    }, TransportOptions("shm", 120s));
+    SCOPED_TRACE(std::string("CHOIR_SHM_STAGING=") + staging);
+    ExpectAllOk(results);
+  }
+}
+
 // Every pipe walk starts in each pipe at the position after the last step
 // staged there (shm_pipe.cc, Walk::first_parity), across collectives: a
 // stream of one-, two- and three-step walks of allgather, broadcast (only

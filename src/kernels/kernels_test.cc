@@ -531,10 +531,12 @@ void RunManyTwice(DataType type, ReduceOp op, int k, size_t count, const TwiceCa
   EXPECT_TRUE(a_buf.GuardsIntact() && b_buf.GuardsIntact()) << "wrote outside the outputs";
 }
 
-// Every dtype, op and ISA, one to three sources, rotating through store
-// kinds, offsets (alike and different within a line) and aliasing.
+// Every dtype, op and ISA, one to three sources, each length with every
+// case: store kinds, offsets alike and different within a line, in place.
+// The lengths in bytes straddle kMinCopyTwiceBytes (below it: the two
+// steps) and kMinNontemporalBytes (below it nothing streams).
 TEST_F(KernelsTest, ManyTwiceEveryTypeOpIsaAndSourceCount) {
-  constexpr size_t kTwiceCounts[] = {0, 1, 17, 300, 1029, 5003};
+  constexpr size_t kTwiceBytes[] = {0, 1, 17 * 8, kMinCopyTwiceBytes + 24, kMinNontemporalBytes + 77};
   constexpr TwiceCase kCases[] = {{0, 0, false, false, 0}, {0, 0, true, false, 0}, {5, 5, true, true, 1},
                                   {0, 3, false, true, 2},  {7, 1, true, true, 0},  {3, 0, true, false, 2}};
   std::mt19937_64 rng(7);
@@ -545,12 +547,13 @@ TEST_F(KernelsTest, ManyTwiceEveryTypeOpIsaAndSourceCount) {
       for (ReduceOp op : kAllOps) {
         if (IsBitwise(op) && IsFloatingPoint(type)) continue;
         SCOPED_TRACE(std::string(DataTypeName(type)) + " " + ReduceOpName(op));
-        size_t variant = 0;
         for (int k = 1; k <= 3; ++k) {
-          for (size_t count : kTwiceCounts) {
-            const TwiceCase& t = kCases[variant++ % std::size(kCases)];
-            VisitRef(type, [&](auto ref) { RunManyTwice<decltype(ref)>(type, op, k, count, t, rng); });
-            if (HasFatalFailure()) return;
+          for (size_t bytes : kTwiceBytes) {
+            const size_t count = bytes / DataTypeSize(type) + (bytes == 1 ? 1 : 0);
+            for (const TwiceCase& t : kCases) {
+              VisitRef(type, [&](auto ref) { RunManyTwice<decltype(ref)>(type, op, k, count, t, rng); });
+              if (HasFatalFailure()) return;
+            }
           }
         }
       }
@@ -558,20 +561,34 @@ TEST_F(KernelsTest, ManyTwiceEveryTypeOpIsaAndSourceCount) {
   }
 }
 
-// float32 sums past kMinNontemporalBytes with every store kind, offset pair
-// and alias: the one-pass loops and the two-step fallback alike.
+// Sums past kMinNontemporalBytes with every store kind, offset pair and
+// alias, for each width of element (the 16-bit floats convert before they
+// stream) and with the source count fixed (2) or not (3).
 TEST_F(KernelsTest, ManyTwiceLargeEveryStoreKind) {
   std::mt19937_64 rng(8);
   for (const char* isa : AvailableIsas()) {
     ASSERT_TRUE(ForceIsa(isa));
     SCOPED_TRACE(std::string("isa ") + isa);
-    for (size_t count : {size_t{255}, size_t{256}, size_t{4095}, size_t{4096}, size_t{100003}}) {
-      for (int stores = 0; stores < 4; ++stores) {
-        for (const auto& [a_offset, b_offset] : {std::pair<size_t, size_t>{0, 0}, {0, 4}, {3, 3}, {3, 1}}) {
-          for (int alias = 0; alias < 3; ++alias) {
-            const TwiceCase t{a_offset, b_offset, (stores & 1) != 0, (stores & 2) != 0, alias};
-            RunManyTwice<RefFloat<float>>(DataType::kFloat32, ReduceOp::kSum, 2, count, t, rng);
-            if (HasFatalFailure()) return;
+    for (DataType type : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16, DataType::kInt8,
+                          DataType::kFloat64}) {
+      SCOPED_TRACE(DataTypeName(type));
+      const size_t es = DataTypeSize(type);
+      const size_t counts[] = {kMinNontemporalBytes / es - 1, kMinNontemporalBytes / es,
+                               (kMinNontemporalBytes + 77) / es + 1, type == DataType::kFloat32 ? size_t{100003} : size_t{0}};
+      for (int k = 2; k <= 3; ++k) {
+        for (size_t count : counts) {
+          // Three sources: past the threshold, not in place, is enough.
+          if (count == 0 || (k == 3 && count != counts[2])) continue;
+          for (int stores = 0; stores < 4; ++stores) {
+            for (const auto& [a_offset, b_offset] : {std::pair<size_t, size_t>{0, 0}, {0, 4}, {3, 3}, {3, 1}}) {
+              for (int alias = 0; alias < (k == 2 ? 3 : 1); ++alias) {
+                const TwiceCase t{a_offset, b_offset, (stores & 1) != 0, (stores & 2) != 0, alias};
+                VisitRef(type, [&](auto ref) {
+                  RunManyTwice<decltype(ref)>(type, ReduceOp::kSum, k, count, t, rng);
+                });
+                if (HasFatalFailure()) return;
+              }
+            }
           }
         }
       }

@@ -198,16 +198,31 @@ void ReduceManyTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, c
                      size_t count, DataType dtype, ReduceOp op) {
   CHOIR_CHECK(k >= 1);
   CHOIR_CHECK(InRange(dtype, op));
+  // As ReduceMany: a bitwise op on a float type fails here, whatever k.
+  CHOIR_CHECK(Active().many[static_cast<int>(dtype)][static_cast<int>(op == ReduceOp::kAvg ? ReduceOp::kSum : op)] !=
+              nullptr);
   const size_t bytes = count * DataTypeSize(dtype);
   if (k == 1) {
-    CopyBytesTwice(a, a_nontemporal, b, b_nontemporal, srcs[0], bytes);
+    // A copy; a destination that is the source already holds it.
+    if (a == srcs[0]) {
+      if (b != srcs[0]) CopyBytes(b, srcs[0], bytes, b_nontemporal);
+    } else if (b == srcs[0]) {
+      CopyBytes(a, srcs[0], bytes, a_nontemporal);
+    } else {
+      CopyBytesTwice(a, a_nontemporal, b, b_nontemporal, srcs[0], bytes);
+    }
     return;
   }
   const TwoStores plan = PlanTwoStores(a, a_nontemporal, b, b_nontemporal, bytes);
   const ManyTwiceFn fn = ManyTwiceLoopFor(plan, dtype, op);
   if (fn == nullptr) {
-    ReduceMany(a, srcs, k, count, dtype, op, a_nontemporal);
-    CopyBytes(b, a, bytes, b_nontemporal);
+    // Combined into the destination that keeps its lines in the cache,
+    // then copied from there (not read back from memory).
+    const bool b_first = a_nontemporal && !b_nontemporal;
+    void* first = b_first ? b : a;
+    void* second = b_first ? a : b;
+    ReduceMany(first, srcs, k, count, dtype, op, b_first ? b_nontemporal : a_nontemporal);
+    CopyBytes(second, first, bytes, b_first ? a_nontemporal : b_nontemporal);
   } else {
     const int streams = plan.second_streams ? 2 : plan.first_streams ? 1 : 0;
     if (plan.swap) {

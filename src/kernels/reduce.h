@@ -76,11 +76,14 @@ void CopyBytesTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, co
 // alignment the loop gives its first destination only).
 bool CopyBytesTwiceFuses(const void* a, bool a_nontemporal, const void* b, bool b_nontemporal, size_t bytes);
 
-// ReduceMany(a, srcs, k, count, dtype, op, a_nontemporal) and then
-// CopyBytes(b, a, bytes, b_nontemporal) in one pass: each result vector is
+// ReduceMany(a, srcs, k, count, dtype, op, a_nontemporal) and
+// ReduceMany(b, ...) with b_nontemporal, in one pass: each result vector is
 // computed once and stored to both. Where ReduceManyTwiceFuses says no, it
-// does the two steps. a and b must not overlap each other; either may
-// alias a source exactly (as ReduceMany's dst may), no other overlap.
+// combines into one destination (the one without streaming stores, if
+// either has none) and copies that into the other. Streaming stores only
+// from kMinNontemporalBytes, as CopyBytes (ReduceMany streams at any
+// size). a and b must not overlap each other; either may alias a source
+// exactly (as ReduceMany's dst may), no other overlap.
 void ReduceManyTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, const void* const* srcs, int k,
                      size_t count, DataType dtype, ReduceOp op);
 // Whether ReduceManyTwice with these arguments makes one pass: under the
