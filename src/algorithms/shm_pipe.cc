@@ -220,8 +220,9 @@ void StageForPeers(const AreaOp& op, const uint8_t* in, const Blocks& blocks, ui
 // launches in each order: 1.09x-1.27x at 512 KiB-16 MiB and 1.07x-1.14x
 // at 64 MiB, but 0.77x-0.94x at 64 KiB, 0.83x-1.01x at 128 KiB and
 // 0.97x-1.04x at 256 KiB. With 4 ranks on its 2 cores 0.80x-0.89x at 1-16
-// MiB and 1.18x at 64 MiB (7 launches, one order), so ranks that share
-// cores keep the copy. Other hosts were not measured
+// MiB and 1.18x at 64 MiB launched second (7 launches), 0.93x-1.04x at
+// 1-64 MiB launched first (9): no gain, so ranks that share cores keep
+// the copy. Other hosts were not measured
 // (docs/performance-log.md, "One pass for the allreduce's result").
 constexpr size_t kOnePassResultMinBytes = 512 * 1024;
 
