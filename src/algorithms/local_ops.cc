@@ -145,8 +145,8 @@ uint64_t LineFlag(uint64_t id, const transport::SegmentHeader* writer, uint64_t 
 }
 // A reader waiting for a peer's lines reads that peer's header, to tell a
 // peer that published under another signature or in another ring from one
-// that has not published yet, only at every kHeaderPollEvery-th poll (about
-// a microsecond of spinning). Read at every poll, the header's line, which
+// that has not published yet, only at every kHeaderPollEvery-th poll (a
+// few dozen pauses of spinning). Read at every poll, the header's line, which
 // the writer is about to store into as it publishes, sat in this core's
 // cache, and the writer's stores waited for it to be taken back (the
 // explanation the measurements fit; not observed directly). On the AMD EPYC Zen 4
