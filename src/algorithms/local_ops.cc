@@ -145,17 +145,22 @@ uint64_t LineFlag(uint64_t id, const transport::SegmentHeader* writer, uint64_t 
 }
 // A reader waiting for a peer's lines reads that peer's header, to tell a
 // peer that published under another signature or in another ring from one
-// that has not published yet, only at every kHeaderPollEvery-th poll (a
-// few dozen pauses of spinning). Read at every poll, the header's line, which
-// the writer is about to store into as it publishes, sat in this core's
-// cache, and the writer's stores waited for it to be taken back (the
-// explanation the measurements fit; not observed directly). On the AMD EPYC Zen 4
+// that has not published yet, only at every kHeaderPollEvery-th poll of
+// its wait (while spinning, a few dozen pauses), and at every poll once a
+// wait has taken kHeaderPollAlways polls (a peer that late is in no tight
+// exchange; a rank that sleeps then reads it when woken) or has failed (a
+// timeout or a peer gone: the mismatch, if there is one, is the better
+// report). Read at every poll, the header's line, which the
+// writer is about to store into as it publishes, sat in this core's cache,
+// and the writer's stores waited for it to be taken back (the explanation
+// the measurements fit; not observed directly). On the AMD EPYC Zen 4
 // host, `choir perf -n 2 --op allreduce --iters 5000`, 9 interleaved
 // launches in each order, the busbw of 8-256 B rose 1.08x-1.25x and
-// 1.03x-1.25x (medians of paired ratios; 512 B-1 KiB level), level with or
-// past Open MPI in the same launches
-// (docs/performance-log.md, "The peer's header read less often").
+// 1.03x-1.25x (medians of paired ratios; 512 B-1 KiB 0.95x-1.00x), level
+// with or past Open MPI in the same launches (docs/performance-log.md,
+// "The peer's header read less often").
 constexpr uint32_t kHeaderPollEvery = 32;
+constexpr uint32_t kHeaderPollAlways = 256;
 // Lines of up to 392 bytes fit a small slot, the rest a medium one (and
 // any full slot, where an allgather's or reduce_scatter's blocks go when
 // every rank's block needs lines of its own).
@@ -223,6 +228,8 @@ Status AreaOp::WaitLines(uint64_t bytes, size_t first_line) {
   const size_t end = first_line + AreaOp::LinesOf(bytes);
   const uint64_t mix = mix_;
   int wrong = -1, elsewhere = -1;
+  // Polls of peers whose lines are missing (in a wait, of the first such
+  // peer: the wait polls up to it); kHeaderPollAlways after a failed wait.
   uint32_t polls = 0;
   auto owes = [&](int p) {
     if (wrong >= 0 || elsewhere >= 0) return false;
@@ -231,7 +238,7 @@ Status AreaOp::WaitLines(uint64_t bytes, size_t first_line) {
     bool all = true;
     for (size_t j = first_line; j < end; ++j) all &= FlagOf(LineOf(h, j)).load(std::memory_order_acquire) == flag;
     if (all) return false;
-    if (++polls % kHeaderPollEvery != 0) return true;
+    if (polls < kHeaderPollAlways && ++polls % kHeaderPollEvery != 0) return true;
     if (h->id.load(std::memory_order_acquire) == id_) {
       // Published here under another signature, or after other operations:
       // its lines never carry the flag expected here (CheckSignature names
@@ -246,6 +253,13 @@ Status AreaOp::WaitLines(uint64_t bytes, size_t first_line) {
   bool ready = true;
   for (int p = 0; p < size(); ++p) ready &= p == me() || !owes(p);
   const Status waited = ready ? Status::Ok() : Wait(owes, "to arrive (same-host slots)", /*marks_data=*/true);
+  if (!waited.ok()) {
+    // Every header read once more, whatever the poll count.
+    polls = kHeaderPollAlways;
+    for (int p = 0; p < size(); ++p) {
+      if (p != me()) owes(p);
+    }
+  }
   // A mismatch seen last (even while a timeout's message was written) wins.
   if (elsewhere >= 0) return OtherRingMismatch(elsewhere);
   if (wrong >= 0) return CheckSignature(wrong, header(wrong));

@@ -1153,6 +1153,8 @@ TEST(CommPipeTest, TinyPipeWithoutCmaMatchesReference) {
 // in one pass (kOnePassResultMinBytes in shm_pipe.cc): past that, with the
 // stages written with plain and with streaming stores, outputs below and
 // past the streaming threshold (4 MiB), every reduce op, in place and not.
+// (Where the ranks share cores, as on a 1-CPU machine, the same cases run
+// the two steps instead.)
 TEST(CommPipeTest, LargeAllreduceMatchesReference) {
   for (const char* staging : {"plain", "streaming"}) {
     params::ScopedOverride stages("CHOIR_SHM_STAGING", staging);
@@ -1670,6 +1672,30 @@ TEST(CommFailureTest, MismatchedCountsOpsDtypesAndOrder) {
       ExpectAllOk(results);
     }
   }
+}
+
+// A peer that publishes another collective late, once the waiting rank
+// sleeps, and does not wait itself (a broadcast root), is reported as a
+// mismatch by the waiting rank when it wakes, well before the timeout: the
+// flagged lines' wait reads the peer's header at every poll by then
+// (kHeaderPollAlways in local_ops.cc).
+TEST(CommFailureTest, LateMismatchedPeerIsFoundByASleepingWaiter) {
+  auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    std::vector<int64_t> v(16, 1);
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(400ms);
+      CHOIR_RETURN_IF_ERROR(comm.Broadcast(v.data(), v.data(), 10, DataType::kInt64, 1).Wait());
+      (void)comm.Barrier().Wait();  // fails once rank 0 has reported the mismatch
+      return Status::Ok();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const Status s = comm.Allreduce(v.data(), v.data(), 10, DataType::kInt64, ReduceOp::kSum).Wait();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (s.code() != Code::kCollectiveMismatch) return Status(Code::kInternal, "want E401, got " + s.ToString());
+    if (seconds > 5) return Status(Code::kInternal, fmt::format("the mismatch took {:.1f} s", seconds));
+    return Status::Ok();
+  }, TransportOptions("shm", 20s));
+  ExpectAllOk(results);
 }
 
 // Uneven splits that disagree (rank 0 sends 3 elements to rank 1, which

@@ -492,7 +492,7 @@ TEST_F(KernelsTest, ManyNontemporalLarge) {
 struct TwiceCase {
   size_t a_offset, b_offset;
   bool a_nt, b_nt;
-  int alias;  // 0 none, 1 a is srcs[0], 2 b is srcs[0]
+  int alias;  // 0 none, 1 a is srcs[0], 2 b is srcs[0], 3 b is the last source
 };
 
 template <class R>
@@ -504,19 +504,19 @@ void RunManyTwice(DataType type, ReduceOp op, int k, size_t count, const TwiceCa
   std::vector<std::unique_ptr<Buffer>> bufs;
   std::vector<const void*> srcs;
   std::vector<std::vector<T>> inputs(k, std::vector<T>(count));
+  const int aliased = t.alias == 3 ? k - 1 : 0;  // the source a destination is, if any
   for (int j = 0; j < k; ++j) {
-    const size_t offset = j == 0 && t.alias == 1   ? t.a_offset
-                          : j == 0 && t.alias == 2 ? t.b_offset
-                                                   : static_cast<size_t>(j * 3 % 7);
-    bufs.push_back(std::make_unique<Buffer>(sizeof(T), count, offset, j == 0 && t.alias != 0));
+    const bool is_dst = t.alias != 0 && j == aliased;
+    const size_t offset = is_dst ? (t.alias == 1 ? t.a_offset : t.b_offset) : static_cast<size_t>(j * 3 % 7);
+    bufs.push_back(std::make_unique<Buffer>(sizeof(T), count, offset, is_dst));
     T* p = static_cast<T*>(bufs.back()->data());
     for (size_t i = 0; i < count; ++i) inputs[j][i] = p[i] = R::Random(rng);
     srcs.push_back(p);
   }
   Buffer a_buf(sizeof(T), count, t.a_offset, true);
   Buffer b_buf(sizeof(T), count, t.b_offset, true);
-  T* a = t.alias == 1 ? static_cast<T*>(bufs[0]->data()) : static_cast<T*>(a_buf.data());
-  T* b = t.alias == 2 ? static_cast<T*>(bufs[0]->data()) : static_cast<T*>(b_buf.data());
+  T* a = t.alias == 1 ? static_cast<T*>(bufs[static_cast<size_t>(aliased)]->data()) : static_cast<T*>(a_buf.data());
+  T* b = t.alias >= 2 ? static_cast<T*>(bufs[static_cast<size_t>(aliased)]->data()) : static_cast<T*>(b_buf.data());
   ReduceManyTwice(a, t.a_nt, b, t.b_nt, srcs.data(), k, count, type, op);
   for (size_t i = 0; i < count; ++i) {
     typename R::Acc acc = R::Decode(inputs[0][i]);
@@ -532,13 +532,15 @@ void RunManyTwice(DataType type, ReduceOp op, int k, size_t count, const TwiceCa
 }
 
 // Every dtype, op and ISA, one to three sources, each length with every
-// case: store kinds, offsets alike and different within a line, in place.
+// case: store kinds, offsets alike and different within a line, in place
+// (a destination that is the first or the last source).
 // The lengths in bytes straddle kMinCopyTwiceBytes (below it: the two
 // steps) and kMinNontemporalBytes (below it nothing streams).
 TEST_F(KernelsTest, ManyTwiceEveryTypeOpIsaAndSourceCount) {
   constexpr size_t kTwiceBytes[] = {0, 1, 17 * 8, kMinCopyTwiceBytes + 24, kMinNontemporalBytes + 77};
   constexpr TwiceCase kCases[] = {{0, 0, false, false, 0}, {0, 0, true, false, 0}, {5, 5, true, true, 1},
-                                  {0, 3, false, true, 2},  {7, 1, true, true, 0},  {3, 0, true, false, 2}};
+                                  {0, 3, false, true, 2},  {7, 1, true, true, 0},  {3, 0, true, false, 2},
+                                  {5, 5, true, true, 3},   {0, 3, true, false, 3}};
   std::mt19937_64 rng(7);
   for (const char* isa : AvailableIsas()) {
     ASSERT_TRUE(ForceIsa(isa));
@@ -581,7 +583,7 @@ TEST_F(KernelsTest, ManyTwiceLargeEveryStoreKind) {
           if (count == 0 || (k == 3 && count != counts[2])) continue;
           for (int stores = 0; stores < 4; ++stores) {
             for (const auto& [a_offset, b_offset] : {std::pair<size_t, size_t>{0, 0}, {0, 4}, {3, 3}, {3, 1}}) {
-              for (int alias = 0; alias < (k == 2 ? 3 : 1); ++alias) {
+              for (int alias = 0; alias < (k == 2 ? 4 : 1); ++alias) {
                 const TwiceCase t{a_offset, b_offset, (stores & 1) != 0, (stores & 2) != 0, alias};
                 VisitRef(type, [&](auto ref) {
                   RunManyTwice<decltype(ref)>(type, ReduceOp::kSum, k, count, t, rng);

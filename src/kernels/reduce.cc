@@ -218,11 +218,14 @@ void ReduceManyTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, c
   if (fn == nullptr) {
     // Combined into the destination that keeps its lines in the cache,
     // then copied from there (not read back from memory).
-    const bool b_first = a_nontemporal && !b_nontemporal;
+    // Streaming only from kMinNontemporalBytes, as in the one pass.
+    const bool stream_a = a_nontemporal && bytes >= kMinNontemporalBytes;
+    const bool stream_b = b_nontemporal && bytes >= kMinNontemporalBytes;
+    const bool b_first = stream_a && !stream_b;
     void* first = b_first ? b : a;
     void* second = b_first ? a : b;
-    ReduceMany(first, srcs, k, count, dtype, op, b_first ? b_nontemporal : a_nontemporal);
-    CopyBytes(second, first, bytes, b_first ? a_nontemporal : b_nontemporal);
+    ReduceMany(first, srcs, k, count, dtype, op, b_first ? stream_b : stream_a);
+    CopyBytes(second, first, bytes, b_first ? stream_a : stream_b);
   } else {
     const int streams = plan.second_streams ? 2 : plan.first_streams ? 1 : 0;
     if (plan.swap) {

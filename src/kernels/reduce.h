@@ -46,7 +46,7 @@ ReduceFn GetReduceFn(DataType dtype, ReduceOp op);
 
 // dst[i] = op over the k sources srcs[j][i], combined in order j = 0..k-1.
 // float16/bfloat16 accumulate in float32 and round once at the end. dst may
-// alias srcs[0] (exactly). `nontemporal` asks for streaming stores: use it when
+// alias any source (exactly). `nontemporal` asks for streaming stores: use it when
 // dst is large and not read again soon, so it does not evict useful cache lines.
 // k >= 1 and (dtype, op) supported are preconditions (CHOIR_CHECK).
 void ReduceMany(void* dst, const void* const* srcs, int k, size_t count, DataType dtype,
