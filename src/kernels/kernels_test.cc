@@ -330,6 +330,24 @@ class KernelsTest : public ::testing::Test {
   void TearDown() override { EXPECT_TRUE(ForceIsa("auto")); }
 };
 
+// Calls f(type, op) for every ISA this CPU has, every dtype and every op the
+// dtype supports, each named in the trace; stops at the first fatal failure.
+template <class F>
+void ForEveryIsaTypeAndOp(F&& f) {
+  for (const char* isa : AvailableIsas()) {
+    ASSERT_TRUE(ForceIsa(isa));
+    SCOPED_TRACE(std::string("isa ") + isa);
+    for (DataType type : kAllTypes) {
+      for (ReduceOp op : kAllOps) {
+        if (IsBitwise(op) && IsFloatingPoint(type)) continue;
+        SCOPED_TRACE(std::string(DataTypeName(type)) + " " + ReduceOpName(op));
+        f(type, op);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Binary kernels.
 
@@ -370,26 +388,16 @@ void RunBinary(DataType type, ReduceOp op, size_t count, const Layout& layout, A
 
 TEST_F(KernelsTest, BinaryEveryTypeOpIsaCountAndLayout) {
   std::mt19937_64 rng(1);
-  for (const char* isa : AvailableIsas()) {
-    ASSERT_TRUE(ForceIsa(isa));
-    SCOPED_TRACE(std::string("isa ") + isa);
-    for (DataType type : kAllTypes) {
-      for (ReduceOp op : kAllOps) {
-        if (IsBitwise(op) && IsFloatingPoint(type)) continue;
-        SCOPED_TRACE(std::string(DataTypeName(type)) + " " + ReduceOpName(op));
-        int variant = 0;
-        for (size_t count : kCounts) {
-          for (const Layout& layout : kLayouts) {
-            const auto alias = static_cast<Alias>(variant++ % 3);
-            VisitRef(type, [&](auto ref) {
-              RunBinary<decltype(ref)>(type, op, count, layout, alias, rng);
-            });
-            if (HasFatalFailure()) return;
-          }
-        }
+  ForEveryIsaTypeAndOp([&](DataType type, ReduceOp op) {
+    int variant = 0;
+    for (size_t count : kCounts) {
+      for (const Layout& layout : kLayouts) {
+        const auto alias = static_cast<Alias>(variant++ % 3);
+        VisitRef(type, [&](auto ref) { RunBinary<decltype(ref)>(type, op, count, layout, alias, rng); });
+        if (HasFatalFailure()) return;
       }
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -435,31 +443,23 @@ void RunMany(DataType type, ReduceOp op, int k, size_t count, size_t dst_offset,
 TEST_F(KernelsTest, ManyEveryTypeOpIsaAndSourceCount) {
   constexpr size_t kManyCounts[] = {0, 1, 17, 65, 300, 1029};
   std::mt19937_64 rng(2);
-  for (const char* isa : AvailableIsas()) {
-    ASSERT_TRUE(ForceIsa(isa));
-    SCOPED_TRACE(std::string("isa ") + isa);
-    for (DataType type : kAllTypes) {
-      for (ReduceOp op : kAllOps) {
-        if (IsBitwise(op) && IsFloatingPoint(type)) continue;
-        SCOPED_TRACE(std::string(DataTypeName(type)) + " " + ReduceOpName(op));
-        int variant = 0;
-        for (int k = 1; k <= 9; ++k) {
-          for (size_t count : kManyCounts) {
-            // Rotate through aliasing, streaming and dst alignment (offset 0
-            // is 64-byte aligned, so the streaming path runs without a head).
-            const int v = variant++;
-            const bool alias = v % 2 == 1;
-            const bool nontemporal = v % 4 >= 2;
-            const size_t dst_offset = static_cast<size_t>(v % 3) * 5;
-            VisitRef(type, [&](auto ref) {
-              RunMany<decltype(ref)>(type, op, k, count, dst_offset, alias, nontemporal, rng);
-            });
-            if (HasFatalFailure()) return;
-          }
-        }
+  ForEveryIsaTypeAndOp([&](DataType type, ReduceOp op) {
+    int variant = 0;
+    for (int k = 1; k <= 9; ++k) {
+      for (size_t count : kManyCounts) {
+        // Rotate through aliasing, streaming and dst alignment (offset 0
+        // is 64-byte aligned, so the streaming path runs without a head).
+        const int v = variant++;
+        const bool alias = v % 2 == 1;
+        const bool nontemporal = v % 4 >= 2;
+        const size_t dst_offset = static_cast<size_t>(v % 3) * 5;
+        VisitRef(type, [&](auto ref) {
+          RunMany<decltype(ref)>(type, op, k, count, dst_offset, alias, nontemporal, rng);
+        });
+        if (HasFatalFailure()) return;
       }
     }
-  }
+  });
 }
 
 // Long enough for many streaming iterations, with aligned and unaligned dst.
@@ -542,25 +542,17 @@ TEST_F(KernelsTest, ManyTwiceEveryTypeOpIsaAndSourceCount) {
                                   {0, 3, false, true, 2},  {7, 1, true, true, 0},  {3, 0, true, false, 2},
                                   {5, 5, true, true, 3},   {0, 3, true, false, 3}};
   std::mt19937_64 rng(7);
-  for (const char* isa : AvailableIsas()) {
-    ASSERT_TRUE(ForceIsa(isa));
-    SCOPED_TRACE(std::string("isa ") + isa);
-    for (DataType type : kAllTypes) {
-      for (ReduceOp op : kAllOps) {
-        if (IsBitwise(op) && IsFloatingPoint(type)) continue;
-        SCOPED_TRACE(std::string(DataTypeName(type)) + " " + ReduceOpName(op));
-        for (int k = 1; k <= 3; ++k) {
-          for (size_t bytes : kTwiceBytes) {
-            const size_t count = bytes / DataTypeSize(type) + (bytes == 1 ? 1 : 0);
-            for (const TwiceCase& t : kCases) {
-              VisitRef(type, [&](auto ref) { RunManyTwice<decltype(ref)>(type, op, k, count, t, rng); });
-              if (HasFatalFailure()) return;
-            }
-          }
+  ForEveryIsaTypeAndOp([&](DataType type, ReduceOp op) {
+    for (int k = 1; k <= 3; ++k) {
+      for (size_t bytes : kTwiceBytes) {
+        const size_t count = bytes / DataTypeSize(type) + (bytes == 1 ? 1 : 0);
+        for (const TwiceCase& t : kCases) {
+          VisitRef(type, [&](auto ref) { RunManyTwice<decltype(ref)>(type, op, k, count, t, rng); });
+          if (HasFatalFailure()) return;
         }
       }
     }
-  }
+  });
 }
 
 // Sums past kMinNontemporalBytes with every store kind, offset pair and
@@ -576,7 +568,8 @@ TEST_F(KernelsTest, ManyTwiceLargeEveryStoreKind) {
       SCOPED_TRACE(DataTypeName(type));
       const size_t es = DataTypeSize(type);
       const size_t counts[] = {kMinNontemporalBytes / es - 1, kMinNontemporalBytes / es,
-                               (kMinNontemporalBytes + 77) / es + 1, type == DataType::kFloat32 ? size_t{100003} : size_t{0}};
+                               (kMinNontemporalBytes + 77) / es + 1,
+                               type == DataType::kFloat32 ? size_t{100003} : size_t{0}};
       for (int k = 2; k <= 3; ++k) {
         for (size_t count : counts) {
           // Three sources: past the threshold, not in place, is enough.
