@@ -106,6 +106,13 @@ class Segment {
   // cannot have been reused. `shm_dir` is for tests.
   static int RemoveLeftBy(const std::vector<int>& pids, const std::string& shm_dir = "/dev/shm");
 
+  // Bytes from the start of a segment to its local area's pipe: the header
+  // and the slot rings, which Create and Open map into the process at once
+  // (MapPagesNow) so that the first operations through each slot do not
+  // pay the pages' first touches (docs/protocols.md, "Shared-memory
+  // segment").
+  static size_t SlotRingsBytes(size_t area_slot_bytes);
+
  private:
   Segment(std::string name, void* base, size_t bytes, bool owner)
       : name_(std::move(name)), base_(static_cast<uint8_t*>(base)), bytes_(bytes), owner_(owner) {}
@@ -115,6 +122,14 @@ class Segment {
   bool owner_;
   bool unlinked_ = false;
 };
+
+// Maps the pages of [base, base + bytes) (a page-aligned range of a shared
+// mapping) into this process now, as writes would, without writing them:
+// MADV_POPULATE_WRITE, or, where the kernel lacks it (before Linux 5.14) or
+// `use_madvise` is false (tests), one read per page, which maps a shared
+// memory page writable too. Best effort: a page left unmapped is mapped at
+// its first touch.
+void MapPagesNow(void* base, size_t bytes, bool use_madvise = true);
 
 // Doorbells. The owner of a segment that wants to block announces it
 // (AnnounceSleep), re-checks what it waits for, then sleeps (WaitSegment);

@@ -1,17 +1,22 @@
 // The doorbell protocol (segment.h): a sleeper that announces itself is never
 // left sleeping after a notifier published, whether notifiers fence or rely
-// on the sleeper's membarrier. And the host-wide room check and the removal
-// of segments that killed ranks left behind.
+// on the sleeper's membarrier. The host-wide room check, the removal of
+// segments that killed ranks left behind, and the slot rings mapped when a
+// segment is created or opened.
 #include "transport/shm/segment.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <immintrin.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <new>
@@ -174,6 +179,78 @@ TEST(SegmentRoomTest, RefusesSizesThatWouldOverflow) {
   EXPECT_EQ(Segment::CheckRoom(4, (size_t{1} << 30) + 64, 64 << 10, 4 << 20).code(), Code::kInvalidSetting);
   const Status s = Segment::CheckRoom(1 << 30, size_t{1} << 30, 64 << 10, 4 << 20);
   EXPECT_EQ(s.code(), Code::kOutOfMemory) << s.ToString();
+}
+
+// Whether the page holding `p` is mapped in this process (bit 63 of its
+// /proc/self/pagemap entry).
+bool PageMapped(const void* p) {
+  const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  uint64_t entry = 0;
+  const off_t at = static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / 4096 * sizeof(entry));
+  const bool read_ok = pread(fd, &entry, sizeof(entry), at) == static_cast<ssize_t>(sizeof(entry));
+  close(fd);
+  return read_ok && (entry >> 63) != 0;
+}
+
+long MinorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// The owner's mapping and a peer's both have the header and the slot rings
+// mapped at once; the pipe is left to its first touch.
+TEST(SegmentMapTest, CreateAndOpenMapTheSlotRingsButNotThePipe) {
+  const std::string name = Segment::NameFor("segment-map-test", 0, getpid());
+  constexpr size_t kRing = 64 << 10, kSlot = 64 << 10, kPipe = 4 << 20;
+  auto owner = Segment::Create(name, 0, 2, kRing, kSlot, kPipe, 77);
+  ASSERT_TRUE(owner.ok()) << owner.status().ToString();
+  auto peer = Segment::Open(name, 0, 77);
+  (*owner)->Unlink();
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+  const size_t rings = Segment::SlotRingsBytes(kSlot);
+  EXPECT_EQ(rings, (4096 + AreaBytes(kSlot, 0) + 4095) / 4096 * 4096);
+  EXPECT_GT(rings, size_t{1} << 20);  // the medium ring alone is 1 MiB
+  for (const Segment* seg : {owner->get(), peer->get()}) {
+    const auto* base = reinterpret_cast<const uint8_t*>(seg->header());
+    size_t unmapped = 0;
+    for (size_t off = 0; off < rings; off += 4096) unmapped += PageMapped(base + off) ? 0 : 1;
+    EXPECT_EQ(unmapped, 0u) << (seg == owner->get() ? "owner" : "peer");
+    EXPECT_FALSE(PageMapped(base + rings + kPipe / 2)) << "the middle of the pipe was mapped";
+  }
+  EXPECT_FALSE(PageMapped(nullptr));
+}
+
+// MapPagesNow maps pages writable, through the kernel's populate call or by
+// reading each page: writing them afterwards takes no page faults, where a
+// fresh mapping takes one per page.
+TEST(SegmentMapTest, MapPagesNowMapsEveryPageWritable) {
+  const std::string name = "/choir-map-pages-test-" + std::to_string(getpid());
+  constexpr size_t kPages = 64, kBytes = kPages * 4096;
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  shm_unlink(name.c_str());
+  ASSERT_EQ(posix_fallocate(fd, 0, kBytes), 0);
+  auto writes_fault = [&](int how) {  // 0: nothing before the writes, 1: madvise, 2: reads
+    void* p = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return -1L;
+    auto* bytes = static_cast<volatile uint8_t*>(p);
+    if (how > 0) MapPagesNow(p, kBytes, /*use_madvise=*/how == 1);
+    size_t mapped = 0;
+    for (size_t i = 0; i < kPages; ++i) mapped += PageMapped(const_cast<uint8_t*>(bytes) + i * 4096) ? 1 : 0;
+    EXPECT_EQ(mapped, how > 0 ? kPages : 0) << "how " << how;
+    const long before = MinorFaults();
+    for (size_t i = 0; i < kPages; ++i) bytes[i * 4096] = static_cast<uint8_t>(i + 1);
+    const long faults = MinorFaults() - before;
+    for (size_t i = 0; i < kPages; ++i) EXPECT_EQ(bytes[i * 4096], static_cast<uint8_t>(i + 1));
+    munmap(p, kBytes);
+    return faults;
+  };
+  EXPECT_GE(writes_fault(0), static_cast<long>(kPages));
+  EXPECT_LE(writes_fault(1), 2L);
+  EXPECT_LE(writes_fault(2), 2L);
+  close(fd);
 }
 
 // Which ring an operation's payload takes, and where the rings lie in an
