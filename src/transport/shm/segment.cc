@@ -16,8 +16,14 @@
 #include <cerrno>
 #include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <new>
+
+// Linux 5.14; C libraries before glibc 2.35 lack the name.
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 #include "base/fd.h"
 #include "base/files.h"
@@ -48,19 +54,34 @@ size_t RingsOffset(size_t area_slot_bytes, size_t area_pipe_bytes) {
 
 }  // namespace
 
-size_t Segment::SlotRingsBytes(size_t area_slot_bytes) {
-  return (kHeaderBytes + AreaBytes(area_slot_bytes, 0) + 4095) / 4096 * 4096;
+void MapPagesNow(void* base, size_t bytes, bool use_madvise) {
+  if (bytes == 0) return;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(base) / 4096 * 4096;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(base) + bytes + 4095) / 4096 * 4096;
+  auto* from = reinterpret_cast<uint8_t*>(first);
+  if (use_madvise && madvise(from, end - first, MADV_POPULATE_WRITE) == 0) return;
+  const auto* p = reinterpret_cast<const volatile uint8_t*>(first);
+  for (uintptr_t off = 0; off < end - first; off += 4096) (void)p[off];
 }
 
-void MapPagesNow(void* base, size_t bytes, bool use_madvise) {
-#ifdef MADV_POPULATE_WRITE
-  if (use_madvise && madvise(base, bytes, MADV_POPULATE_WRITE) == 0) return;
-#else
-  (void)use_madvise;
-#endif
-  const auto* p = static_cast<const volatile uint8_t*>(base);
-  for (size_t off = 0; off < bytes; off += 4096) (void)p[off];
+namespace {
+
+// The header, the control lines and the slots of a segment mapped at
+// `base`: of each full slot its first Segment::kMappedFullSlotBytes, the
+// whole of a slot of the default CHOIR_SHM_SLOT_BYTES (64 KiB), so that a
+// large setting does not map hundreds of MiB per peer. On the Zen 4 host, 100 calls (after
+// 10) of each collective at 1-16 KiB took 1.8x-3.5x less time with 2
+// ranks, up to 3.9x less with 4 (docs/performance-log.md, "The slot rings
+// mapped at once").
+void MapSlots(uint8_t* base, size_t area_slot_bytes) {
+  const AreaView area(base + kHeaderBytes, area_slot_bytes, 0);
+  MapPagesNow(base, kHeaderBytes + kAreaCtlBytes);
+  const size_t per_slot = std::min(SlotStride(area_slot_bytes), Segment::kMappedFullSlotBytes);
+  for (int b = 0; b < kAreaSlots; ++b) MapPagesNow(area.slot(b), per_slot);
+  MapPagesNow(area.small_slot(0), kSmallSlots * kSmallSlotStride + kMediumSlots * kMediumSlotStride);
 }
+
+}  // namespace
 
 size_t Segment::TotalBytes(int num_slots, size_t ring_bytes, size_t area_slot_bytes, size_t area_pipe_bytes) {
   return RingsOffset(area_slot_bytes, area_pipe_bytes) + static_cast<size_t>(num_slots) * SlotBytes(ring_bytes);
@@ -182,11 +203,7 @@ Result<std::unique_ptr<Segment>> Segment::Create(const std::string& name, int ra
     shm_unlink(name.c_str());
     return ShmFailure(err, "mmap(" + name + ")");
   }
-  // The slot rings' pages now, not in the first operations through them:
-  // on the Zen 4 host, 100 calls (after 10) of each collective at 1-16 KiB
-  // took 1.8x-3.5x less time with 2 ranks, up to 3.9x less with 4
-  // (docs/performance-log.md, "The slot rings mapped at once").
-  MapPagesNow(base, SlotRingsBytes(area_slot_bytes));
+  MapSlots(static_cast<uint8_t*>(base), area_slot_bytes);  // not in the first operations through them
   auto* h = new (base) SegmentHeader();
   h->magic = kSegmentMagic;
   h->layout_version = kSegmentLayoutVersion;
@@ -237,13 +254,14 @@ Result<std::unique_ptr<Segment>> Segment::Open(const std::string& name, int expe
   auto seg = std::unique_ptr<Segment>(new Segment(name, base, bytes, /*owner=*/false));
   const SegmentHeader* h = seg->header();
   if (h->magic != kSegmentMagic || h->layout_version != kSegmentLayoutVersion ||
-      h->rank != expected_rank || h->token != expected_token ||
+      h->rank != expected_rank || h->token != expected_token || h->num_slots <= 0 ||
+      !CheckSizes(h->ring_bytes, h->area_slot_bytes, h->area_pipe_bytes).ok() ||
       TotalBytes(h->num_slots, h->ring_bytes, h->area_slot_bytes, h->area_pipe_bytes) != bytes) {
     return Status(Code::kShmError,
                   "segment " + name + " does not belong to rank " + std::to_string(expected_rank) +
                       " of this communicator (stale file or another choir version)");
   }
-  MapPagesNow(base, SlotRingsBytes(h->area_slot_bytes));  // as Create does
+  MapSlots(static_cast<uint8_t*>(base), h->area_slot_bytes);  // as Create does
   return seg;
 }
 

@@ -106,12 +106,12 @@ class Segment {
   // cannot have been reused. `shm_dir` is for tests.
   static int RemoveLeftBy(const std::vector<int>& pids, const std::string& shm_dir = "/dev/shm");
 
-  // Bytes from the start of a segment to its local area's pipe: the header
-  // and the slot rings, which Create and Open map into the process at once
-  // (MapPagesNow) so that the first operations through each slot do not
-  // pay the pages' first touches (docs/protocols.md, "Shared-memory
-  // segment").
-  static size_t SlotRingsBytes(size_t area_slot_bytes);
+  // The header, the area's control lines and its slots: Create and Open map
+  // them into the process at once (MapPagesNow), so that the first
+  // operations through each slot do not pay the pages' first touches; of
+  // each full slot its first kMappedFullSlotBytes (docs/protocols.md,
+  // "Shared-memory segment").
+  static constexpr size_t kMappedFullSlotBytes = 64 * 1024 + 64;
 
  private:
   Segment(std::string name, void* base, size_t bytes, bool owner)
@@ -123,10 +123,10 @@ class Segment {
   bool unlinked_ = false;
 };
 
-// Maps the pages of [base, base + bytes) (a page-aligned range of a shared
-// mapping) into this process now, as writes would, without writing them:
-// MADV_POPULATE_WRITE, or, where the kernel lacks it (before Linux 5.14) or
-// `use_madvise` is false (tests), one read per page, which maps a shared
+// Maps the pages that hold [base, base + bytes) (in a shared mapping) into
+// this process now, as writes would, without writing them:
+// MADV_POPULATE_WRITE, or, where the kernel refuses it (before Linux 5.14)
+// or `use_madvise` is false (tests), one read per page, which maps a shared
 // memory page writable too. Best effort: a page left unmapped is mapped at
 // its first touch.
 void MapPagesNow(void* base, size_t bytes, bool use_madvise = true);

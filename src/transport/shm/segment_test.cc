@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/fd.h"
 #include "base/strings.h"
 #include "testing/temp_dir.h"
 
@@ -181,65 +183,99 @@ TEST(SegmentRoomTest, RefusesSizesThatWouldOverflow) {
   EXPECT_EQ(s.code(), Code::kOutOfMemory) << s.ToString();
 }
 
-// Whether the page holding `p` is mapped in this process (bit 63 of its
-// /proc/self/pagemap entry).
-bool PageMapped(const void* p) {
-  const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  uint64_t entry = 0;
-  const off_t at = static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / 4096 * sizeof(entry));
-  const bool read_ok = pread(fd, &entry, sizeof(entry), at) == static_cast<ssize_t>(sizeof(entry));
-  close(fd);
-  return read_ok && (entry >> 63) != 0;
-}
+// Whether pages are mapped in this process (bit 63 of their
+// /proc/self/pagemap entries).
+class PageMap {
+ public:
+  PageMap() : fd_(open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)) {}
+  // False when the map cannot be read or shows no page as mapped (some
+  // sandboxes): a stack page is mapped.
+  bool Works() const {
+    const volatile int here = 1;
+    return Mapped(const_cast<const int*>(&here));
+  }
+  bool Mapped(const void* p) const {
+    uint64_t entry = 0;
+    const off_t at = static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / 4096 * sizeof(entry));
+    return pread(fd_.get(), &entry, sizeof(entry), at) == static_cast<ssize_t>(sizeof(entry)) && (entry >> 63) != 0;
+  }
+  // Pages holding [p, p + bytes) that are not mapped.
+  size_t Unmapped(const void* p, size_t bytes) const {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    size_t count = 0;
+    for (uintptr_t page = at / 4096 * 4096; page < at + bytes; page += 4096) {
+      count += Mapped(reinterpret_cast<const void*>(page)) ? 0 : 1;
+    }
+    return count;
+  }
+
+ private:
+  Fd fd_;
+};
 
 long MinorFaults() {
   rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
+  getrusage(RUSAGE_THREAD, &usage);
   return usage.ru_minflt;
 }
 
-// The owner's mapping and a peer's both have the header and the slot rings
-// mapped at once; the pipe is left to its first touch.
-TEST(SegmentMapTest, CreateAndOpenMapTheSlotRingsButNotThePipe) {
-  const std::string name = Segment::NameFor("segment-map-test", 0, getpid());
-  constexpr size_t kRing = 64 << 10, kSlot = 64 << 10, kPipe = 4 << 20;
-  auto owner = Segment::Create(name, 0, 2, kRing, kSlot, kPipe, 77);
-  ASSERT_TRUE(owner.ok()) << owner.status().ToString();
-  auto peer = Segment::Open(name, 0, 77);
-  (*owner)->Unlink();
-  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
-  const size_t rings = Segment::SlotRingsBytes(kSlot);
-  EXPECT_EQ(rings, (4096 + AreaBytes(kSlot, 0) + 4095) / 4096 * 4096);
-  EXPECT_GT(rings, size_t{1} << 20);  // the medium ring alone is 1 MiB
-  for (const Segment* seg : {owner->get(), peer->get()}) {
-    const auto* base = reinterpret_cast<const uint8_t*>(seg->header());
-    size_t unmapped = 0;
-    for (size_t off = 0; off < rings; off += 4096) unmapped += PageMapped(base + off) ? 0 : 1;
-    EXPECT_EQ(unmapped, 0u) << (seg == owner->get() ? "owner" : "peer");
-    EXPECT_FALSE(PageMapped(base + rings + kPipe / 2)) << "the middle of the pipe was mapped";
+// The owner's mapping and a peer's both have the header, the control lines
+// and the slots mapped at once, of a full slot its first
+// kMappedFullSlotBytes; the pipe is left to its first touch.
+TEST(SegmentMapTest, CreateAndOpenMapTheSlotsButNotThePipe) {
+  const PageMap pages;
+  if (!pages.Works()) GTEST_SKIP() << "/proc/self/pagemap shows no mapped page here";
+  constexpr size_t kRing = 64 << 10, kPipe = 4 << 20;
+  for (const size_t slot_bytes : {size_t{64} << 10, size_t{1} << 20}) {
+    SCOPED_TRACE("CHOIR_SHM_SLOT_BYTES " + std::to_string(slot_bytes));
+    const std::string name = Segment::NameFor("segment-map-test-" + std::to_string(slot_bytes), 0, getpid());
+    auto owner = Segment::Create(name, 0, 2, kRing, slot_bytes, kPipe, 77);
+    ASSERT_TRUE(owner.ok()) << owner.status().ToString();
+    auto peer = Segment::Open(name, 0, 77);
+    (*owner)->Unlink();
+    ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+    for (const Segment* seg : {owner->get(), peer->get()}) {
+      SCOPED_TRACE(seg == owner->get() ? "owner" : "peer");
+      const AreaView area = seg->area();
+      EXPECT_EQ(pages.Unmapped(seg->header(), 4096 + kAreaCtlBytes), 0u);
+      const size_t mapped = std::min(SlotStride(slot_bytes), Segment::kMappedFullSlotBytes);
+      for (int b = 0; b < kAreaSlots; ++b) {
+        EXPECT_EQ(pages.Unmapped(area.slot(b), mapped), 0u) << "full slot " << b;
+      }
+      if (SlotStride(slot_bytes) > mapped + (64 << 10)) {
+        // Past the mapped part (and any neighbouring pages a read fault maps with it).
+        EXPECT_FALSE(pages.Mapped(reinterpret_cast<const uint8_t*>(area.slot(3)) + mapped + (32 << 10)));
+      }
+      EXPECT_EQ(pages.Unmapped(area.small_slot(0), kSmallSlots * kSmallSlotStride), 0u);
+      EXPECT_EQ(pages.Unmapped(area.medium_slot(0), kMediumSlots * kMediumSlotStride), 0u);
+      EXPECT_FALSE(pages.Mapped(area.pipe() + kPipe / 2)) << "the middle of the pipe was mapped";
+    }
   }
-  EXPECT_FALSE(PageMapped(nullptr));
 }
 
-// MapPagesNow maps pages writable, through the kernel's populate call or by
-// reading each page: writing them afterwards takes no page faults, where a
-// fresh mapping takes one per page.
+// MapPagesNow maps the pages that hold its range writable, through the
+// kernel's populate call or by reading each page: writing them afterwards
+// takes no page faults, where a fresh mapping takes one per page.
 TEST(SegmentMapTest, MapPagesNowMapsEveryPageWritable) {
+  const PageMap pages;
+  if (!pages.Works()) GTEST_SKIP() << "/proc/self/pagemap shows no mapped page here";
   const std::string name = "/choir-map-pages-test-" + std::to_string(getpid());
   constexpr size_t kPages = 64, kBytes = kPages * 4096;
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
+  const Fd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  ASSERT_TRUE(fd.valid()) << std::strerror(errno);
   shm_unlink(name.c_str());
-  ASSERT_EQ(posix_fallocate(fd, 0, kBytes), 0);
-  auto writes_fault = [&](int how) {  // 0: nothing before the writes, 1: madvise, 2: reads
-    void* p = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) return -1L;
+  ASSERT_EQ(posix_fallocate(fd.get(), 0, kBytes), 0);
+  // how: 0 nothing before the writes, 1 the populate call, 2 the reads.
+  auto writes_fault = [&](int how) {
+    void* p = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (p == MAP_FAILED) {
+      ADD_FAILURE() << "mmap: " << std::strerror(errno);
+      return -1L;
+    }
     auto* bytes = static_cast<volatile uint8_t*>(p);
-    if (how > 0) MapPagesNow(p, kBytes, /*use_madvise=*/how == 1);
-    size_t mapped = 0;
-    for (size_t i = 0; i < kPages; ++i) mapped += PageMapped(const_cast<uint8_t*>(bytes) + i * 4096) ? 1 : 0;
-    EXPECT_EQ(mapped, how > 0 ? kPages : 0) << "how " << how;
+    // From 100 bytes into the first page: the pages that hold the range.
+    if (how > 0) MapPagesNow(const_cast<uint8_t*>(bytes) + 100, kBytes - 100, /*use_madvise=*/how == 1);
+    EXPECT_EQ(pages.Unmapped(p, kBytes), how > 0 ? 0 : kPages) << "how " << how;
     const long before = MinorFaults();
     for (size_t i = 0; i < kPages; ++i) bytes[i * 4096] = static_cast<uint8_t>(i + 1);
     const long faults = MinorFaults() - before;
@@ -247,10 +283,14 @@ TEST(SegmentMapTest, MapPagesNowMapsEveryPageWritable) {
     munmap(p, kBytes);
     return faults;
   };
-  EXPECT_GE(writes_fault(0), static_cast<long>(kPages));
+  const long fresh = writes_fault(0);
+  if (fresh >= 0 && fresh < static_cast<long>(kPages)) {
+    GTEST_SKIP() << "a fresh mapping took " << fresh << " faults for " << kPages
+                 << " pages (large folios): faults cannot tell mapped pages here";
+  }
+  EXPECT_GE(fresh, static_cast<long>(kPages));
   EXPECT_LE(writes_fault(1), 2L);
   EXPECT_LE(writes_fault(2), 2L);
-  close(fd);
 }
 
 // Which ring an operation's payload takes, and where the rings lie in an
