@@ -20,15 +20,15 @@
 #include <cstring>
 #include <new>
 
-// Linux 5.14; C libraries before glibc 2.35 lack the name.
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
 #include "base/fd.h"
 #include "base/files.h"
 #include "base/logging.h"
 #include "base/strings.h"
+
+// Linux 5.14; C libraries before glibc 2.35 lack the name.
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 namespace choir::transport {
 namespace {
@@ -69,10 +69,10 @@ namespace {
 // The header, the control lines and the slots of a segment mapped at
 // `base`: of each full slot its first Segment::kMappedFullSlotBytes, the
 // whole of a slot of the default CHOIR_SHM_SLOT_BYTES (64 KiB), so that a
-// large setting does not map hundreds of MiB per peer. On the Zen 4 host, 100 calls (after
-// 10) of each collective at 1-16 KiB took 1.8x-3.5x less time with 2
-// ranks, up to 3.9x less with 4 (docs/performance-log.md, "The slot rings
-// mapped at once").
+// large setting does not map hundreds of MiB per peer. On the Zen 4 host,
+// 100 calls (after 10) of each collective at 1-16 KiB took 1.8x-3.5x less
+// time with 2 ranks, up to 3.9x less with 4 (docs/performance-log.md, "The
+// slot rings mapped at once").
 void MapSlots(uint8_t* base, size_t area_slot_bytes) {
   const AreaView area(base + kHeaderBytes, area_slot_bytes, 0);
   MapPagesNow(base, kHeaderBytes + kAreaCtlBytes);

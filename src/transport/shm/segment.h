@@ -109,8 +109,8 @@ class Segment {
   // The header, the area's control lines and its slots: Create and Open map
   // them into the process at once (MapPagesNow), so that the first
   // operations through each slot do not pay the pages' first touches; of
-  // each full slot its first kMappedFullSlotBytes (docs/protocols.md,
-  // "Shared-memory segment").
+  // each full slot its first kMappedFullSlotBytes, the stride of a slot of
+  // the default 64 KiB (docs/protocols.md, "Shared-memory segment").
   static constexpr size_t kMappedFullSlotBytes = 64 * 1024 + 64;
 
  private:
