@@ -132,6 +132,7 @@ class AreaOp {
   uint8_t* pipe(int local_index) const { return group_->areas[static_cast<size_t>(local_index)].pipe(); }
   size_t pipe_bytes() const { return group_->mine().pipe_bytes(); }
   size_t pipe_cache_bytes() const { return group_->pipe_cache_bytes; }  // bounds the chunks (ChunkBytes)
+  bool ranks_share_cpus() const { return group_->ranks_share_cpus; }   // the same on every local rank
   // The position (0 or 1) at which a walk of `steps` steps that stages into
   // local rank `owner`'s pipe starts, counting those steps for the next one
   // (local_group.h: pipe_steps). Every local rank must take the same steps

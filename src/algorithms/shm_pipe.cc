@@ -62,16 +62,20 @@ using patterns::Block;
 
 // Bytes per chunk of `parts` chunks per step, two steps in the pipe: the
 // pipe's share, but no more than a step's share of the L2 cache (L2 / (2 x
-// parts); `cache_bytes`, the smallest L2 of the host's ranks, agreed when
+// cached_parts), `cached_parts` being the chunks a step stages, at most
+// `parts`; `cache_bytes`, the smallest L2 of the host's ranks, agreed when
 // they connect), so that a staged chunk is still in a cache when it is read.
 // On the AMD host (512 KiB of L2) that made 4-64 MiB allreduces 1.1-1.3x faster
 // with 2 ranks, allreduces and reduce_scatters 1.0-1.6x with 4, and 4-16 MiB
 // allgathers 1.2x (docs/algorithms.md, "Switch points per host"). The same
 // on every rank of the host.
-size_t ChunkBytes(size_t pipe_bytes, size_t cache_bytes, size_t parts) {
+size_t ChunkBytes(size_t pipe_bytes, size_t cache_bytes, size_t parts, size_t cached_parts) {
   size_t bytes = pipe_bytes / (2 * parts) / 64 * 64;
-  if (cache_bytes >= 64 * 1024) bytes = std::min(bytes, cache_bytes / (2 * parts) / 64 * 64);
+  if (cache_bytes >= 64 * 1024) bytes = std::min(bytes, cache_bytes / (2 * cached_parts) / 64 * 64);
   return bytes;
+}
+size_t ChunkBytes(size_t pipe_bytes, size_t cache_bytes, size_t parts) {
+  return ChunkBytes(pipe_bytes, cache_bytes, parts, parts);
 }
 
 // Elements per chunk of the reduce walk (a step stages n chunks).
@@ -137,6 +141,12 @@ Result<Walk> StartWalk(AreaOp& op, CollKind kind, const Blocks& blocks, size_t c
   }
   if (!PipeFits(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, most)) {
     return InternalError("shm_pipe chosen for blocks its pipe cannot carry");  // callers check PipeFits
+  }
+  // Two positions of one chunk (allgather, broadcast) or of n (PartAt).
+  const size_t parts = kind == CollKind::kAllgather || kind == CollKind::kBroadcast ? 1 : op.size();
+  if (chunk == 0 || 2 * parts * chunk * es > op.pipe_bytes()) {
+    return InternalError("shm_pipe's chunks of " + std::to_string(chunk * es) + " bytes overrun its pipe of " +
+                         std::to_string(op.pipe_bytes()));
   }
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, out, table, tables));
   const GroupView view = op.ctx().View();
@@ -328,10 +338,24 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
                   bool average) {
   AreaOp op(c);
   const size_t es = c.elem_size();
-  const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es);
   const CollKind kind = output == Output::kMySlice ? CollKind::kReduceScatter
                         : output == Output::kWhole  ? CollKind::kAllreduce
                                                     : CollKind::kReduce;
+  // A reduce_scatter that combines into its output (not averaging there)
+  // stages only the n-1 chunks for its peers, and only those share the L2:
+  // with 2 ranks on the Zen 4 host (1 MiB of L2), chunks of 512 KiB
+  // instead of 256 ran 1-16 MiB reduce_scatters up to 1.32x faster (paired
+  // medians) and 64-256 MiB ones level. Where ranks share CPUs, two share
+  // an L2, and the larger chunks ran up to 2.6x slower (3 and 4 ranks on 2
+  // cores): there a step's share stays that of n chunks (docs/algorithms.md
+  // on the pipe's chunks; docs/performance-log.md, "Chunks for what a step
+  // stages"). Decided alike on every rank, as the chunk lays out every
+  // pipe: from the kind, the operation and the sharing of CPUs, not from
+  // whether this rank's output overlaps its input (`direct` in
+  // ReduceThroughPipe).
+  const bool peers_only = kind == CollKind::kReduceScatter && !(average && c.op() == ReduceOp::kAvg) &&
+                          !op.ranks_share_cpus();
+  const size_t chunk = PipeReduceChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, peers_only);
   CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, kind, slices, chunk, in, out));
   if (output == Output::kWholeOnRoot) {
     // A reduce reads every input and writes the root's output only (the
@@ -628,6 +652,12 @@ Status ReduceScatterPipe(Context& c, const OpArgs& a) {
   return PipeReduce(c, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
                     EvenBlocks(a.count * static_cast<size_t>(n), n), Output::kMySlice, /*root=*/-1,
                     /*average=*/true);
+}
+
+size_t PipeReduceChunkElems(size_t pipe_bytes, size_t cache_bytes, int n, size_t es, bool peers_only) {
+  const size_t parts = static_cast<size_t>(n);
+  if (!peers_only || n < 2) return PipeChunkElems(pipe_bytes, cache_bytes, n, es);
+  return ChunkBytes(pipe_bytes, cache_bytes, parts, parts - 1) / es;
 }
 
 bool PipeFits(size_t pipe_bytes, size_t cache_bytes, int n, size_t es, size_t largest_block) {

@@ -1171,6 +1171,30 @@ TEST(CommPipeTest, LargeAllreduceMatchesReference) {
   }
 }
 
+// The pipe's reduce_scatter with heap buffers, 2 ranks: where the ranks have
+// a core each it takes chunks of the L2 share of one chunk a step (512 KiB
+// with 1 MiB of L2); counts per rank just below and past one and two such
+// chunks of float32 and of bfloat16, and past the streaming threshold,
+// every reduce op (the average stages its result: chunks of the n-chunk
+// rule), in place and not, staged with plain and with streaming stores,
+// and with a 1 MiB pipe, whose share (256 KiB) bounds the chunks instead.
+TEST(CommPipeTest, LargeReduceScatterMatchesReference) {
+  for (const auto& [staging, pipe_bytes] : {std::pair{"plain", "4M"}, {"streaming", "4M"}, {"plain", "1M"}}) {
+    params::ScopedOverride stages("CHOIR_SHM_STAGING", staging);
+    params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", pipe_bytes);
+    auto results = RunRanks(2, [](Communicator& comm) -> Status {
+      SweepOptions so;
+      so.ops = {"reduce_scatter"};
+      so.dtypes = {DataType::kFloat32, DataType::kBFloat16};
+      so.counts = {131071, 131073, 262145, 1100001};
+      so.algorithm = "shm_pipe";
+      return CheckSweep(comm, so, "shm_pipe", 4);
+    }, TransportOptions("shm", 120s));
+    SCOPED_TRACE(std::string("CHOIR_SHM_STAGING=") + staging + ", CHOIR_SHM_PIPE_BYTES=" + pipe_bytes);
+    ExpectAllOk(results);
+  }
+}
+
 // Every pipe walk starts in each pipe at the position after the last step
 // staged there (shm_pipe.cc, Walk::first_parity), across collectives: a
 // stream of one-, two- and three-step walks of allgather, broadcast (only
