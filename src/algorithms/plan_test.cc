@@ -268,7 +268,7 @@ TEST(SwitchPointsTest, AmdPrefersThePipeAndLongerSlots) {
 }
 
 // The AMD Zen 4 table: the Zen 3 one, but with a core per rank allgather
-// takes cma from blocks past 16 KiB to 1 MiB of buffer, alltoall to 1 MiB
+// takes cma from blocks past 16 KiB to 512 KiB of buffer, alltoall to 1 MiB
 // and reduce to 512 KiB, and the slots hold reduce to 64 KiB; with ranks
 // sharing cores, or without single copy, the pipe as on Zen 3 (allgather:
 // the slots to 64 KiB blocks without single copy).
@@ -290,7 +290,8 @@ TEST(SwitchPointsTest, AmdZen4TakesCmaForMidSizeAllgatherAlltoallAndReduce) {
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 32 * kKiB), "shm_flat");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 32 * kKiB + 128), "cma");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 128 * kKiB), "cma");
-  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 1 * kMiB - 128), "cma");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 512 * kKiB - 128), "cma");
+  EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 512 * kKiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 1 * kMiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAllgather, 4 * kMiB), "shm_pipe");
   EXPECT_EQ(Choice(g, algorithms::CollKind::kAlltoall, 32 * kKiB), "shm_flat");

@@ -158,8 +158,15 @@ size_t AmdFlatLimit(SwitchTable table, CollKind kind, bool cma, bool shares_cpus
 // Everything else with a pipe: every size (above), but on Zen 4.
 //
 // The AMD Zen 4 host (EPYC, family 25 model 17): with a core per rank cma
-// goes before the pipe below 1 MiB of allgather and 1 MiB of alltoall.
-// Allgather was measured again after the pipe's walks stopped rewriting the
+// goes before the pipe below 512 KiB of allgather and 1 MiB of alltoall.
+// Allgather, measured again on 2026-12-07 (the pipe then writing its stage
+// and its own output in one pass): `choir perf -n 2 --op allgather` as
+// chosen (cma) against `--algo shm_pipe`, 9 interleaved launches of 300
+// calls in each order, pipe over cma in paired medians: 384 KiB 0.84x and
+// 0.80x, 512 KiB 1.28x and 1.24x, 576 KiB 1.30x and 1.28x, 864 KiB 1.75x
+// and 1.67x (alltoall at 576 KiB: 0.75x and 0.77x, so it keeps 1 MiB;
+// docs/performance-log.md, "The allgather's pipe from 512 KiB"). Earlier,
+// allgather was measured again after the pipe's walks stopped rewriting the
 // chunk their peers had just read and copying their own block out of it
 // (shm_pipe.cc, Walk::first_parity): `choir perf -n 2 --op allgather --algo
 // shm_pipe|cma`, 7 interleaved launches of 100 calls, median busbw GB/s,
@@ -201,7 +208,7 @@ uint64_t AmdPipeMin(SwitchTable table, CollKind kind, bool shares_cpus) {
   if (shares_cpus) return 0;
   if (kind == CollKind::kBroadcast) return 16 * kMiB;
   if (table != SwitchTable::kAmdZen4) return 0;
-  if (kind == CollKind::kAllgather) return 1 * kMiB;
+  if (kind == CollKind::kAllgather) return 512 * kKiB;
   if (kind == CollKind::kAlltoall) return 1 * kMiB;
   if (kind == CollKind::kReduce) return 512 * kKiB;
   return 0;

@@ -1319,7 +1319,7 @@ TEST(CommPipeTest, WalksTakeTurnsOnThePipePositionsAcrossCollectives) {
 // The hierarchical algorithms' same-host steps run through the pipe (a tiny
 // one here: many steps) without process_vm_readv, and with it on the AMD
 // switch-point table, which puts the pipe first, and on the Zen 4 one,
-// which puts cma before it for allgathers under 1 MiB (and an allgather
+// which puts cma before it for allgathers under 512 KiB (and an allgather
 // past 1 MiB there): exact results, 2
 // hosts x 2 ranks and 2 hosts x 3 ranks declared by a topology file.
 TEST(CommPipeTest, HierarchicalStepsThroughThePipeMatchReference) {
@@ -1350,8 +1350,8 @@ TEST(CommPipeTest, HierarchicalStepsThroughThePipeMatchReference) {
         so.reduce_ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
         CHOIR_RETURN_IF_ERROR(CheckSweep(comm, so));
         if (!zen4) return Status::Ok();
-        // Past 1 MiB of same-host buffer, where the Zen 4 table takes the
-        // pipe for allgather too.
+        // Past 1 MiB of same-host buffer: the Zen 4 table takes the pipe
+        // for allgather too (from 512 KiB).
         SweepOptions large;
         large.ops = {"allgather"};
         large.dtypes = {DataType::kFloat32};
