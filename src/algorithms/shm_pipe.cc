@@ -352,7 +352,10 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   // stages"). Decided alike on every rank, as the chunk lays out every
   // pipe: from the kind, the operation and the sharing of CPUs, not from
   // whether this rank's output overlaps its input (`direct` in
-  // ReduceThroughPipe).
+  // ReduceThroughPipe): a rank in place stages its result too, n chunks
+  // with the larger share (as does the host step of an in-place `hier`
+  // allreduce); not measured, nor other hosts, nor groups of more than 2
+  // ranks with a core each.
   const bool peers_only = kind == CollKind::kReduceScatter && !(average && c.op() == ReduceOp::kAvg) &&
                           !op.ranks_share_cpus();
   const size_t chunk = PipeReduceChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, peers_only);

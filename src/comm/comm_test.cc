@@ -1173,11 +1173,15 @@ TEST(CommPipeTest, LargeAllreduceMatchesReference) {
 
 // The pipe's reduce_scatter with heap buffers, 2 ranks: where the ranks have
 // a core each it takes chunks of the L2 share of one chunk a step (512 KiB
-// with 1 MiB of L2); counts per rank just below and past one and two such
-// chunks of float32 and of bfloat16, and past the streaming threshold,
-// every reduce op (the average stages its result: chunks of the n-chunk
-// rule), in place and not, staged with plain and with streaming stores,
-// and with a 1 MiB pipe, whose share (256 KiB) bounds the chunks instead.
+// with 1 MiB of L2, as on the host this was written on; with another L2
+// the counts fall elsewhere in the chunks, and where the ranks share
+// cores they take the n-chunk rule: the same checks of the results);
+// counts per rank just below and past one and two such chunks of float32
+// (131072 elements) and of bfloat16 (262144), and past the streaming
+// threshold, every reduce op (the average stages its result: chunks of
+// the n-chunk rule), in place and not, staged with plain and with
+// streaming stores, and with a 1 MiB pipe, whose share (256 KiB) bounds
+// the chunks instead.
 TEST(CommPipeTest, LargeReduceScatterMatchesReference) {
   for (const auto& [staging, pipe_bytes] : {std::pair{"plain", "4M"}, {"streaming", "4M"}, {"plain", "1M"}}) {
     params::ScopedOverride stages("CHOIR_SHM_STAGING", staging);
@@ -1186,13 +1190,46 @@ TEST(CommPipeTest, LargeReduceScatterMatchesReference) {
       SweepOptions so;
       so.ops = {"reduce_scatter"};
       so.dtypes = {DataType::kFloat32, DataType::kBFloat16};
-      so.counts = {131071, 131073, 262145, 1100001};
+      so.counts = {131071, 131073, 262143, 262145, 524287, 524289, 1100001};
       so.algorithm = "shm_pipe";
       return CheckSweep(comm, so, "shm_pipe", 4);
     }, TransportOptions("shm", 120s));
     SCOPED_TRACE(std::string("CHOIR_SHM_STAGING=") + staging + ", CHOIR_SHM_PIPE_BYTES=" + pipe_bytes);
     ExpectAllOk(results);
   }
+}
+
+// One rank in place and the other not: the walk's chunks must not depend on
+// it (the rank in place combines into its pipe and copies the result out,
+// the other combines straight into its output), summing and averaging,
+// counts past one and two chunks of the L2 rule: exact values.
+TEST(CommPipeTest, ReduceScatterWithOneRankInPlaceMatchesReference) {
+  auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    const int r = comm.rank();
+    for (const size_t count : {size_t{131073}, size_t{262143}, size_t{300001}}) {
+      for (const ReduceOp rop : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        std::vector<float> send(2 * count), recv(count, -1.0f);
+        for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>((r + 1) * static_cast<int>(i % 1000));
+        float* out = r == 0 ? send.data() : recv.data();  // rank 0's block 0 in place
+        CallOptions pipe;
+        pipe.algorithm = "shm_pipe";
+        Work w = comm.ReduceScatter(send.data(), out, count, DataType::kFloat32, rop, pipe);
+        CHOIR_RETURN_IF_ERROR(w.Wait());
+        if (w.info().algorithm != "shm_pipe") return Status(Code::kInternal, "ran " + w.info().algorithm);
+        for (size_t i = 0; i < count; ++i) {
+          const float sum = 3.0f * static_cast<float>((static_cast<size_t>(r) * count + i) % 1000);  // 1x + 2x
+          const float want = rop == ReduceOp::kAvg ? sum / 2 : sum;
+          if (out[i] != want) {
+            return Status(Code::kInternal, "count " + std::to_string(count) + (rop == ReduceOp::kAvg ? " avg" : " sum") +
+                                               ": element " + std::to_string(i) + " is " + std::to_string(out[i]) +
+                                               ", not " + std::to_string(want));
+          }
+        }
+      }
+    }
+    return Status::Ok();
+  }, TransportOptions("shm", 120s));
+  ExpectAllOk(results);
 }
 
 // Every pipe walk starts in each pipe at the position after the last step
