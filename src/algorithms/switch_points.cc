@@ -165,10 +165,10 @@ size_t AmdFlatLimit(SwitchTable table, CollKind kind, bool cma, bool shares_cpus
 // calls in each order, pipe over cma in paired medians: 256 KiB 1.15x and
 // 0.88x, 384 KiB 0.84x and 0.80x, 512 KiB 1.28x and 1.24x, 576 KiB 1.30x
 // and 1.28x, 864 KiB 1.75x and 1.67x (alltoall at 576 KiB: 0.75x and
-// 0.77x, so it keeps 1 MiB;
-// docs/performance-log.md, "The allgather's pipe from 512 KiB"). Earlier,
-// allgather was measured again after the pipe's walks stopped rewriting the
-// chunk their peers had just read and copying their own block out of it
+// 0.77x, so it keeps 1 MiB; docs/performance-log.md, "The allgather's
+// pipe from 512 KiB"). Earlier, allgather was measured again after the
+// pipe's walks stopped rewriting the chunk their peers had just read and
+// copying their own block out of it
 // (shm_pipe.cc, Walk::first_parity): `choir perf -n 2 --op allgather --algo
 // shm_pipe|cma`, 7 interleaved launches of 100 calls, median busbw GB/s,
 // pipe against cma: 256 KiB 5.57 against 7.03, 512 KiB 6.04 against 6.86,
