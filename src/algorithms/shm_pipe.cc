@@ -18,15 +18,15 @@
 // (AreaCtl::consumed within a walk, AreaOp::Finish at the end of the walk
 // before); progress
 // counters (2k+1: inputs staged, 2k+2: result staged) order A, B and C.
-// A reduce_scatter stops after B and, unless it averages or runs in place,
-// combines straight into its output; in a reduce only the root runs C
-// (and the other ranks write no output). Allgather is the same walk with
-// one chunk per step: each rank stages chunk k of its block (progress k+1)
-// and copies chunk k of every peer's block; a broadcast's root alone
-// stages, the others copy. Alltoall is the reduce walk without the
+// A reduce_scatter stops after B and, unless it averages, combines straight
+// into its output (in place, into its own slice of its input); in a reduce
+// only the root runs C (and the other ranks write no output). Allgather is the
+// same walk with one chunk per step: each rank stages chunk k of its block
+// (progress k+1) and copies chunk k of every peer's block; a broadcast's root
+// alone stages, the others copy. Alltoall is the reduce walk without the
 // combining: a rank stages chunk k of its block for every peer and copies
-// chunk k of the block every peer staged for it. Chunks are bounded by the
-// L2 cache as well as by the pipe.
+// chunk k of the block every peer staged for it. Chunks are bounded by the L2
+// cache as well as by the pipe.
 //
 // With CHOIR_SHM_ADAPT=1, allgather and alltoall with heap buffers may take
 // cma's walk instead, call by call, when the ranks' own timings say it is
@@ -260,12 +260,15 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
   uint8_t* my_out = output == Output::kMySlice ? out : (gather ? out + mine.offset * es : nullptr);
   auto stage = [&](int owner, uint64_t k, int part) { return PartAt(op, owner, walk.Parity(owner, k), part, chunk_bytes); };
   // A result nobody else reads (reduce_scatter, a reduce's root), not
-  // averaged afterwards and not overwriting the input, is combined straight
-  // into the output.
+  // averaged afterwards and not overwriting input still to be staged, is
+  // combined straight into the output: an output clear of the input, or a
+  // reduce_scatter's in place, its own slice, which only this rank reads
+  // (ReduceMany's output may be one of its sources).
   const uint8_t* in_end = in + ElemsSpanned(slices) * es;
   const auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  const bool own_slice = output == Output::kMySlice && my_out == in + mine.offset * es;
   const bool direct = !staged && !(average && c.op() == ReduceOp::kAvg) &&
-                      (at(my_out + mine.count * es) <= at(in) || at(my_out) >= at(in_end));
+                      (own_slice || at(my_out + mine.count * es) <= at(in) || at(my_out) >= at(in_end));
   // The staged result with streaming stores only when peers read it and
   // nothing rewrites it here first (averaging would bring it back).
   const bool stream_result = walk.stage_streaming && staged && !(average && c.op() == ReduceOp::kAvg);
@@ -352,10 +355,9 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   // stages"). Decided alike on every rank, as the chunk lays out every
   // pipe: from the kind, the operation and the sharing of CPUs, not from
   // whether this rank's output overlaps its input (`direct` in
-  // ReduceThroughPipe): a rank in place stages its result too, n chunks
-  // with the larger share (as does the host step of an in-place `hier`
-  // allreduce); not measured, nor other hosts, nor groups of more than 2
-  // ranks with a core each.
+  // ReduceThroughPipe; in place, on its own slice, it combines there too).
+  // Other hosts and groups of more than 2 ranks with a core each were not
+  // measured.
   const bool peers_only = kind == CollKind::kReduceScatter && !(average && c.op() == ReduceOp::kAvg) &&
                           !op.ranks_share_cpus();
   const size_t chunk = PipeReduceChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, peers_only);

@@ -1200,9 +1200,9 @@ TEST(CommPipeTest, LargeReduceScatterMatchesReference) {
 }
 
 // One rank in place and the other not: the walk's chunks must not depend on
-// it (the rank in place combines into its pipe and copies the result out,
-// the other combines straight into its output), summing and averaging,
-// counts past one and two chunks of the L2 rule: exact values.
+// it (summing, the rank in place combines into its own slice of its input,
+// the other into its output; averaging, both through their pipes), counts
+// past one and two chunks of the L2 rule: exact values.
 TEST(CommPipeTest, ReduceScatterWithOneRankInPlaceMatchesReference) {
   auto results = RunRanks(2, [](Communicator& comm) -> Status {
     const int r = comm.rank();
