@@ -19,7 +19,8 @@
 // before); progress
 // counters (2k+1: inputs staged, 2k+2: result staged) order A, B and C.
 // A reduce_scatter stops after B and, unless it averages, combines straight
-// into its output (in place, into its own slice of its input); in a reduce
+// into its output (in place, into its own slice of its input: the one
+// overlap the Communicator lets through); in a reduce
 // only the root runs C (and the other ranks write no output). Allgather is the
 // same walk with one chunk per step: each rank stages chunk k of its block
 // (progress k+1) and copies chunk k of every peer's block; a broadcast's root

@@ -1199,30 +1199,36 @@ TEST(CommPipeTest, LargeReduceScatterMatchesReference) {
   }
 }
 
-// One rank in place and the other not: the walk's chunks must not depend on
-// it (summing, the rank in place combines into its own slice of its input,
-// the other into its output; averaging, both through their pipes), counts
-// past one and two chunks of the L2 rule: exact values.
+// One rank in place and the other not, either rank: the walk's chunks must
+// not depend on it. Summing, the rank in place combines into its own slice
+// of its input (the first of the combined sources on rank 0, the second on
+// rank 1), the other into its output; averaging, both through their pipes.
+// Counts past one and two chunks of the L2 rule: exact values.
 TEST(CommPipeTest, ReduceScatterWithOneRankInPlaceMatchesReference) {
   auto results = RunRanks(2, [](Communicator& comm) -> Status {
     const int r = comm.rank();
-    for (const size_t count : {size_t{131073}, size_t{262143}, size_t{300001}}) {
-      for (const ReduceOp rop : {ReduceOp::kSum, ReduceOp::kAvg}) {
-        std::vector<float> send(2 * count), recv(count, -1.0f);
-        for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>((r + 1) * static_cast<int>(i % 1000));
-        float* out = r == 0 ? send.data() : recv.data();  // rank 0's block 0 in place
-        CallOptions pipe;
-        pipe.algorithm = "shm_pipe";
-        Work w = comm.ReduceScatter(send.data(), out, count, DataType::kFloat32, rop, pipe);
-        CHOIR_RETURN_IF_ERROR(w.Wait());
-        if (w.info().algorithm != "shm_pipe") return Status(Code::kInternal, "ran " + w.info().algorithm);
-        for (size_t i = 0; i < count; ++i) {
-          const float sum = 3.0f * static_cast<float>((static_cast<size_t>(r) * count + i) % 1000);  // 1x + 2x
-          const float want = rop == ReduceOp::kAvg ? sum / 2 : sum;
-          if (out[i] != want) {
-            return Status(Code::kInternal, "count " + std::to_string(count) + (rop == ReduceOp::kAvg ? " avg" : " sum") +
-                                               ": element " + std::to_string(i) + " is " + std::to_string(out[i]) +
-                                               ", not " + std::to_string(want));
+    for (const int in_place_rank : {0, 1}) {
+      for (const size_t count : {size_t{131073}, size_t{262143}, size_t{300001}}) {
+        for (const ReduceOp rop : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          std::vector<float> send(2 * count), recv(count, -1.0f);
+          for (size_t i = 0; i < send.size(); ++i) {
+            send[i] = static_cast<float>((r + 1) * static_cast<int>(i % 1000));
+          }
+          float* out = r == in_place_rank ? send.data() + static_cast<size_t>(r) * count : recv.data();
+          CallOptions pipe;
+          pipe.algorithm = "shm_pipe";
+          Work w = comm.ReduceScatter(send.data(), out, count, DataType::kFloat32, rop, pipe);
+          CHOIR_RETURN_IF_ERROR(w.Wait());
+          if (w.info().algorithm != "shm_pipe") return Status(Code::kInternal, "ran " + w.info().algorithm);
+          for (size_t i = 0; i < count; ++i) {
+            const float sum = 3.0f * static_cast<float>((static_cast<size_t>(r) * count + i) % 1000);  // 1x + 2x
+            const float want = rop == ReduceOp::kAvg ? sum / 2 : sum;
+            if (out[i] != want) {
+              return Status(Code::kInternal, "rank " + std::to_string(in_place_rank) + " in place, count " +
+                                                 std::to_string(count) + (rop == ReduceOp::kAvg ? " avg" : " sum") +
+                                                 ": element " + std::to_string(i) + " is " + std::to_string(out[i]) +
+                                                 ", not " + std::to_string(want));
+            }
           }
         }
       }
