@@ -19,15 +19,14 @@
 // before); progress
 // counters (2k+1: inputs staged, 2k+2: result staged) order A, B and C.
 // A reduce_scatter stops after B and, unless it averages, combines straight
-// into its output (in place, into its own slice of its input: the one
-// overlap the Communicator lets through); in a reduce
-// only the root runs C (and the other ranks write no output). Allgather is the
-// same walk with one chunk per step: each rank stages chunk k of its block
-// (progress k+1) and copies chunk k of every peer's block; a broadcast's root
-// alone stages, the others copy. Alltoall is the reduce walk without the
-// combining: a rank stages chunk k of its block for every peer and copies
-// chunk k of the block every peer staged for it. Chunks are bounded by the L2
-// cache as well as by the pipe.
+// into its output (in place, into its own slice of its input: the one overlap
+// the Communicator lets through); in a reduce only the root runs C (and the
+// other ranks write no output). Allgather is the same walk with one chunk per
+// step: each rank stages chunk k of its block (progress k+1) and copies chunk
+// k of every peer's block; a broadcast's root alone stages, the others copy.
+// Alltoall is the reduce walk without the combining: a rank stages chunk k of
+// its block for every peer and copies chunk k of the block every peer staged
+// for it. Chunks are bounded by the L2 cache as well as by the pipe.
 //
 // With CHOIR_SHM_ADAPT=1, allgather and alltoall with heap buffers may take
 // cma's walk instead, call by call, when the ranks' own timings say it is
