@@ -550,7 +550,13 @@ Status AlltoallThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bl
 Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& blocks) {
   AreaOp op(c);
   const size_t es = c.elem_size();
-  const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es);
+  // A step stages the n-1 chunks for the peers (its own block goes straight
+  // to its output): the L2 share of those, as a reduce_scatter's, where every
+  // rank has a core. 2 ranks on the Zen 4 host, 1-256 MiB: 1.00x-1.14x in
+  // paired medians of three passes, 0.87x-1.16x in one with slow spells
+  // (docs/performance-log.md, "The alltoall's chunks likewise").
+  const size_t chunk =
+      PipeReduceChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, !op.ranks_share_cpus());
   const size_t bytes = ElemsSpanned(blocks) * es;
   WalkChooser* chooser = ChooserFor(c, /*adaptive=*/true, bytes);
   std::vector<std::vector<uint64_t>> tables;

@@ -1171,24 +1171,23 @@ TEST(CommPipeTest, LargeAllreduceMatchesReference) {
   }
 }
 
-// The pipe's reduce_scatter with heap buffers, 2 ranks: where the ranks have
-// a core each it takes chunks of the L2 share of one chunk a step (512 KiB
-// with 1 MiB of L2, as on the host this was written on; with another L2
-// the counts fall elsewhere in the chunks, and where the ranks share
-// cores they take the n-chunk rule: the same checks of the results);
-// counts per rank just below and past one and two such chunks of float32
-// (131072 elements) and of bfloat16 (262144), and past the streaming
-// threshold, every reduce op (the average stages its result: chunks of
-// the n-chunk rule), in place and not, staged with plain and with
-// streaming stores, and with a 1 MiB pipe, whose share (256 KiB) bounds
-// the chunks instead.
-TEST(CommPipeTest, LargeReduceScatterMatchesReference) {
+// The pipe's reduce_scatter and alltoall with heap buffers, 2 ranks: where the
+// ranks have a core each they take chunks of the L2 share of one chunk a step
+// (512 KiB with 1 MiB of L2, as on the host this was written on; with another
+// L2 the counts fall elsewhere in the chunks, and where the ranks share cores
+// they take the n-chunk rule: the same checks of the results); counts per rank
+// just below and past one and two such chunks of float32 (131072 elements) and
+// of bfloat16 (262144), and past the streaming threshold, every reduce op of
+// the reduce_scatter (the average stages its result: chunks of the n-chunk
+// rule), in place and not, staged with plain and with streaming stores, and
+// with a 1 MiB pipe, whose share (256 KiB) bounds the chunks instead.
+TEST(CommPipeTest, LargeReduceScatterAndAlltoallMatchReference) {
   for (const auto& [staging, pipe_bytes] : {std::pair{"plain", "4M"}, {"streaming", "4M"}, {"plain", "1M"}}) {
     params::ScopedOverride stages("CHOIR_SHM_STAGING", staging);
     params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", pipe_bytes);
     auto results = RunRanks(2, [](Communicator& comm) -> Status {
       SweepOptions so;
-      so.ops = {"reduce_scatter"};
+      so.ops = {"reduce_scatter", "alltoall"};
       so.dtypes = {DataType::kFloat32, DataType::kBFloat16};
       so.counts = {131071, 131073, 262143, 262145, 524287, 524289, 1100001};
       so.algorithm = "shm_pipe";
