@@ -53,11 +53,11 @@ Status PipeAllgatherBlocks(Context& c, uint8_t* buf, const Blocks& blocks);  // 
 // Whether a pipe of `pipe_bytes` carries blocks of up to `largest_block`
 // elements of `es` bytes between n ranks (shm_pipe.cc).
 bool PipeFits(size_t pipe_bytes, size_t cache_bytes, int n, size_t es, size_t largest_block);
-// Elements per chunk of the pipe's reduce (and alltoall) walk between n ranks
-// (shm_pipe.cc). peers_only: a step stages only the n-1 chunks for the
-// peers, and only those share the L2 cache (a reduce_scatter combining into
-// its output, an alltoall).
-size_t PipeReduceChunkElems(size_t pipe_bytes, size_t cache_bytes, int n, size_t es, bool peers_only);
+// Elements per chunk of the pipe's walks that hold n chunks a step (reduce,
+// alltoall) between n ranks (shm_pipe.cc). peers_only: a step stages only
+// the n-1 chunks for the peers, and only those share the L2 cache (a
+// reduce_scatter combining into its output, an alltoall).
+size_t PipeChunkElems(size_t pipe_bytes, size_t cache_bytes, int n, size_t es, bool peers_only = false);
 
 // Equal blocks of `count` elements split n ways.
 Blocks EvenBlocks(size_t count, int parts);

@@ -470,18 +470,18 @@ TEST(SwitchPointsTest, PipeChunksFollowTheAgreedCache) {
 // holds n chunks a step: a 1 MiB pipe leaves 256 KiB to either rule.
 TEST(SwitchPointsTest, ReduceChunksCountWhatAStepStages) {
   constexpr size_t kMiB = 1 << 20;
-  EXPECT_EQ(algorithms::PipeReduceChunkElems(4 * kMiB, kMiB, 2, 4, /*peers_only=*/false), (256u << 10) / 4);
-  EXPECT_EQ(algorithms::PipeReduceChunkElems(4 * kMiB, kMiB, 2, 4, /*peers_only=*/true), (512u << 10) / 4);
-  EXPECT_EQ(algorithms::PipeReduceChunkElems(4 * kMiB, kMiB, 2, 2, /*peers_only=*/true), (512u << 10) / 2);
+  EXPECT_EQ(algorithms::PipeChunkElems(4 * kMiB, kMiB, 2, 4, /*peers_only=*/false), (256u << 10) / 4);
+  EXPECT_EQ(algorithms::PipeChunkElems(4 * kMiB, kMiB, 2, 4, /*peers_only=*/true), (512u << 10) / 4);
+  EXPECT_EQ(algorithms::PipeChunkElems(4 * kMiB, kMiB, 2, 2, /*peers_only=*/true), (512u << 10) / 2);
   // 4 ranks: L2 / 8 against L2 / 6, rounded down to whole lines.
-  EXPECT_EQ(algorithms::PipeReduceChunkElems(4 * kMiB, kMiB, 4, 4, false), (128u << 10) / 4);
-  EXPECT_EQ(algorithms::PipeReduceChunkElems(4 * kMiB, kMiB, 4, 4, true), (kMiB / 6 / 64 * 64) / 4);
-  EXPECT_EQ(algorithms::PipeReduceChunkElems(kMiB, kMiB, 2, 4, true), (256u << 10) / 4);
+  EXPECT_EQ(algorithms::PipeChunkElems(4 * kMiB, kMiB, 4, 4, false), (128u << 10) / 4);
+  EXPECT_EQ(algorithms::PipeChunkElems(4 * kMiB, kMiB, 4, 4, true), (kMiB / 6 / 64 * 64) / 4);
+  EXPECT_EQ(algorithms::PipeChunkElems(kMiB, kMiB, 2, 4, true), (256u << 10) / 4);
   // No cache agreed on: the pipe's share alone.
-  EXPECT_EQ(algorithms::PipeReduceChunkElems(4 * kMiB, 0, 2, 4, true), kMiB / 4);
+  EXPECT_EQ(algorithms::PipeChunkElems(4 * kMiB, 0, 2, 4, true), kMiB / 4);
   // One rank stages nothing for anyone: the ordinary rule.
-  EXPECT_EQ(algorithms::PipeReduceChunkElems(4 * kMiB, kMiB, 1, 4, true),
-            algorithms::PipeReduceChunkElems(4 * kMiB, kMiB, 1, 4, false));
+  EXPECT_EQ(algorithms::PipeChunkElems(4 * kMiB, kMiB, 1, 4, true),
+            algorithms::PipeChunkElems(4 * kMiB, kMiB, 1, 4, false));
 }
 
 TEST(SwitchPointsTest, NotOneHostIsNotChosenHere) {

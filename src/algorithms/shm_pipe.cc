@@ -78,11 +78,6 @@ size_t ChunkBytes(size_t pipe_bytes, size_t cache_bytes, size_t parts) {
   return ChunkBytes(pipe_bytes, cache_bytes, parts, parts);
 }
 
-// Elements per chunk of the reduce walk (a step stages n chunks).
-size_t PipeChunkElems(size_t pipe_bytes, size_t cache_bytes, int n, size_t es) {
-  return ChunkBytes(pipe_bytes, cache_bytes, static_cast<size_t>(n)) / es;
-}
-
 // How a rank walks `blocks` in chunks of `chunk` elements.
 struct Walk {
   uint64_t steps;  // the same on every rank: the largest block decides
@@ -360,7 +355,7 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   // measured.
   const bool peers_only = kind == CollKind::kReduceScatter && !(average && c.op() == ReduceOp::kAvg) &&
                           !op.ranks_share_cpus();
-  const size_t chunk = PipeReduceChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, peers_only);
+  const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, peers_only);
   CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, kind, slices, chunk, in, out));
   if (output == Output::kWholeOnRoot) {
     // A reduce reads every input and writes the root's output only (the
@@ -556,7 +551,7 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
   // paired medians of three passes, 0.87x-1.16x in one with slow spells
   // (docs/performance-log.md, "The alltoall's chunks likewise").
   const size_t chunk =
-      PipeReduceChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, !op.ranks_share_cpus());
+      PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, !op.ranks_share_cpus());
   const size_t bytes = ElemsSpanned(blocks) * es;
   WalkChooser* chooser = ChooserFor(c, /*adaptive=*/true, bytes);
   std::vector<std::vector<uint64_t>> tables;
@@ -665,10 +660,10 @@ Status ReduceScatterPipe(Context& c, const OpArgs& a) {
                     /*average=*/true);
 }
 
-size_t PipeReduceChunkElems(size_t pipe_bytes, size_t cache_bytes, int n, size_t es, bool peers_only) {
+size_t PipeChunkElems(size_t pipe_bytes, size_t cache_bytes, int n, size_t es, bool peers_only) {
   const size_t parts = static_cast<size_t>(n);
-  if (!peers_only || n < 2) return PipeChunkElems(pipe_bytes, cache_bytes, n, es);
-  return ChunkBytes(pipe_bytes, cache_bytes, parts, parts - 1) / es;
+  const size_t cached = peers_only && n >= 2 ? parts - 1 : parts;
+  return ChunkBytes(pipe_bytes, cache_bytes, parts, cached) / es;
 }
 
 bool PipeFits(size_t pipe_bytes, size_t cache_bytes, int n, size_t es, size_t largest_block) {
