@@ -28,7 +28,8 @@ struct SweepOptions {
   std::vector<std::string> ops;
   std::vector<DataType> dtypes;      // empty: all eight
   std::vector<size_t> counts = {0, 1, 2, 3, 7, 33, 1000, 4099, 70001};
-  bool in_place = true;              // also run each case in place
+  bool in_place = true;              // run each case in place
+  bool out_of_place = true;          // and out of place (always, for ops with no in-place form or neither set)
   bool all_reduce_ops = true;        // every applicable reduce op (else sum only)
   std::vector<ReduceOp> reduce_ops;  // if set: exactly these (where applicable)
   std::string algorithm;             // force an algorithm (CallOptions::algorithm)

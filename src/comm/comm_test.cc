@@ -114,6 +114,44 @@ TEST(SweepRootTest, FixedRootIsUsedAndCheckedAndOneOutsideIsRefused) {
   ExpectAllOk(results);
 }
 
+// SweepOptions::in_place and out_of_place pick the placements a sweep runs
+// (`choir perf --in-place --check` checks in place alone); ops with no
+// in-place form, and a sweep that asks for neither, run out of place.
+TEST(SweepPlacementTest, RunsThePlacementsAskedFor) {
+  auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    SweepOptions so;
+    so.ops = {"allreduce", "reduce_scatter", "allgather", "alltoall", "gather", "barrier"};
+    so.dtypes = {DataType::kFloat32};
+    so.counts = {3, 70001};
+    so.all_reduce_ops = false;
+    struct Want {
+      bool in_place, out_of_place;
+      size_t in, out;  // cases of each placement
+    };
+    // 5 ops with an in-place form, 2 counts each; the barrier runs once.
+    for (const Want& w : {Want{true, true, 10, 11}, Want{true, false, 10, 1}, Want{false, true, 0, 11},
+                          Want{false, false, 0, 11}}) {
+      so.in_place = w.in_place;
+      so.out_of_place = w.out_of_place;
+      auto cases = RunSweep(comm, so);
+      if (!cases.ok()) return cases.status();
+      size_t in = 0, out = 0;
+      for (const SweepCase& c : *cases) {
+        if (!c.ok) return Status(Code::kInternal, c.op + " count " + std::to_string(c.count) + ": " + c.error);
+        if (c.in_place && c.op == "barrier") return Status(Code::kInternal, "a barrier ran in place");
+        ++(c.in_place ? in : out);
+      }
+      if (in != w.in || out != w.out) {
+        return Status(Code::kInternal, fmt::format("in_place {} out_of_place {}: {} in place and {} out of place, "
+                                                   "not {} and {}",
+                                                   w.in_place, w.out_of_place, in, out, w.in, w.out));
+      }
+    }
+    return Status::Ok();
+  });
+  ExpectAllOk(results);
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldsAndTransports, SweepTest,
                          ::testing::Combine(::testing::Values(1, 2, 3, 5),
                                             ::testing::Values(std::string("shm"), std::string("tcp"))),

@@ -382,7 +382,11 @@ Result<std::vector<SweepCase>> RunSweep(Communicator& comm, const SweepOptions& 
       }
       for (ReduceOp rop : rops) {
         for (size_t count : options.counts) {
-          for (int placement = 0; placement < (options.in_place && has_in_place ? 2 : 1); ++placement) {
+          // 0 out of place, 1 in place: out of place alone when an op has
+          // no in-place form or neither placement is asked for.
+          const bool in_place = options.in_place && has_in_place;
+          const int first = in_place && !options.out_of_place ? 1 : 0, last = in_place ? 1 : 0;
+          for (int placement = first; placement <= last; ++placement) {
             SweepCase c;
             c.op = op;
             c.dtype = DataTypeName(t);

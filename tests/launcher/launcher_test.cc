@@ -738,7 +738,7 @@ TEST(PerfTest, NamesTheSwitchPointsItRanWith) {
                               "--step-factor", "8", "--iters", "5", "--warmup", "1", "--check", "--json", json_path},
                              {"CHOIR_SHM_TUNING=amd"}, 60);
   EXPECT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("heap buffers, amd switch points"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("heap buffers, out of place, amd switch points"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("check=ok"), std::string::npos) << r.out;
   std::ifstream in(json_path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -843,6 +843,37 @@ TEST(PerfTest, OffsetsTheHeapBuffersAndNotesABaselineWithAnother) {
   // The same launch warm-up both times: no note about it.
   EXPECT_EQ(r.out.find("untimed 8-byte allreduces before its first size"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("heap buffers, "), std::string::npos) << r.out;
+}
+
+// --in-place times every collective in place (root 1 for the rooted ones)
+// and --check checks that placement, at sizes that take the slots, cma and
+// the pipe; the header and --json say so, and a baseline timed in place
+// gets a note in a run timed out of place.
+TEST(PerfTest, TimesInPlaceAndNotesABaselineTimedOutOfPlace) {
+  const testing::TempDir dir("choir-perf-in-place");
+  const std::string path = dir.path() + "/in_place.json";
+  Outcome r = RunChoir({"perf", "-n", "2", "--op", "all", "--in-place", "--root", "1", "--min-bytes", "8",
+                        "--max-bytes", "32M", "--step-factor", "8", "--iters", "3", "--warmup", "1", "--check",
+                        "--json", path},
+                       {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("heap buffers, in place,"), std::string::npos) << r.out;
+  EXPECT_EQ(Occurrences(r.out, "check=ok"), 64u) << r.out;
+  EXPECT_EQ(r.out.find("check=FAIL"), std::string::npos) << r.out;
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"in_place\": true,"), std::string::npos) << text.substr(0, 3000);
+  r = RunChoir({"perf", "-n", "2", "--op", "allreduce", "--max-bytes", "64", "--iters", "5", "--baseline", path}, {},
+               60);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("heap buffers, out of place,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("was timed in place, this run out of place"), std::string::npos) << r.out;
+  // The same placement: no note.
+  r = RunChoir({"perf", "-n", "2", "--op", "allreduce", "--in-place", "--max-bytes", "64", "--iters", "5",
+                "--baseline", path},
+               {}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find("was timed"), std::string::npos) << r.out;
 }
 
 // Every flag is checked before a rank starts: one numbered error naming the

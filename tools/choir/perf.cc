@@ -4,7 +4,7 @@
 //              [--dtype float32] [--reduce-op sum] [--min-bytes 8] [--max-bytes 256M]
 //              [--step-factor 2] [--iters N | --time-per-size S] [--warmup N] [--repeat R]
 //              [--check] [--algo NAME] [--transport T] [--buffers heap|shared]
-//              [--buffer-offset B] [--root R] [--json FILE] [--baseline FILE]
+//              [--buffer-offset B] [--in-place] [--root R] [--json FILE] [--baseline FILE]
 //
 // Under `choir run` every rank runs it; with -n N and no launcher around, it
 // starts its own N local ranks (`choir run -n N choir perf ...`), so no MPI
@@ -24,6 +24,14 @@
 // theirs do. --buffer-offset B starts the heap buffers B bytes past the page
 // instead (16: where a plain malloc's large blocks start), to time the
 // buffers an application may really pass.
+//
+// --in-place times every collective in place, with nccl-tests' placements:
+// the output is the input (allreduce, alltoall; reduce at the root), the
+// rank's block of the input (reduce_scatter; scatter at the root) or the
+// input is the rank's block of the output (allgather; gather at the root).
+// torch.distributed's all_reduce, the most common call of a training job,
+// is always in place. Broadcast is timed in place either way (the root
+// sends from the buffer it receives into, as MPI_Bcast does).
 //
 // --repeat R measures every size R times and reports the median with its
 // spread; --baseline FILE compares with an earlier --json run and calls a
@@ -101,11 +109,17 @@ size_t CountFor(const std::string& op, uint64_t bytes, size_t es, int n) {
   return static_cast<size_t>(bytes / es / (WholeBuffer(op) ? static_cast<uint64_t>(n) : 1));
 }
 
-// Elements of a rank's send and receive buffers for `count` (CountFor).
-size_t SendElems(const std::string& op, size_t count, int n) {
+// Elements of a rank's send and receive buffers for `count` (CountFor). In
+// place, allreduce, allgather and alltoall use the receive buffer alone and
+// reduce_scatter the send buffer; broadcast uses the receive buffer alone
+// either way. The rooted ops keep both: the root's placement differs from
+// the other ranks'.
+size_t SendElems(const std::string& op, size_t count, int n, bool in_place) {
+  if (op == "broadcast" || (in_place && (op == "allreduce" || op == "allgather" || op == "alltoall"))) return 0;
   return op == "reduce_scatter" || op == "alltoall" || op == "scatter" ? count * static_cast<size_t>(n) : count;
 }
-size_t RecvElems(const std::string& op, size_t count, int n) {
+size_t RecvElems(const std::string& op, size_t count, int n, bool in_place) {
+  if (in_place && op == "reduce_scatter") return 0;
   return op == "allgather" || op == "alltoall" || op == "gather" ? count * static_cast<size_t>(n) : count;
 }
 
@@ -251,6 +265,9 @@ std::string RouteSummary(const std::map<std::string, int64_t>& routes) {
   return out;
 }
 
+// How a run placed its outputs, for the header and its notes.
+const char* Placement(bool in_place) { return in_place ? "in place" : "out of place"; }
+
 double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
 double Spread(const std::vector<double>& v) {
   if (v.size() < 2) return 0;
@@ -303,6 +320,8 @@ class PerfCommand : public Subcommand {
     app.add_option("--buffers", buffers_, "heap (default) or shared: buffers from choir::SharedBuffer");
     app.add_option("--buffer-offset", buffer_offset_,
                    "Heap buffers start this many bytes past a page (default 0; 16: where malloc's large blocks start)");
+    app.add_flag("--in-place", in_place_,
+                 "Time every collective in place (nccl-tests' placements; broadcast is in place either way)");
     app.add_option("--json", json_path_, "Write every figure, the machine and the settings to FILE");
     app.add_option("--baseline", baseline_path_,
                    "Compare with an earlier --json FILE (changes are judged when both runs used --repeat 3 or more)");
@@ -360,13 +379,17 @@ class PerfCommand : public Subcommand {
     }
     const size_t es = DataTypeSize(dtype_value_);
     if (c.rank() == 0) {
-      fmt::print("# choir perf: {} ranks, {} {}, {} sizes from {} to {}, {} buffers{}, {} switch points, {}\n",
+      fmt::print("# choir perf: {} ranks, {} {}, {} sizes from {} to {}, {} buffers{}, {}, {} switch points, {}\n",
                  c.size(), DataTypeName(dtype_value_), ReduceOpName(rop_value_), sizes_.size(),
                  strings::FormatBytes(sizes_.front()), strings::FormatBytes(sizes_.back()), buffers_,
-                 buffer_offset_ > 0 ? fmt::format(" {} bytes past a page", buffer_offset_) : "", SwitchPoints(),
-                 BuildString());
+                 buffer_offset_ > 0 ? fmt::format(" {} bytes past a page", buffer_offset_) : "", Placement(in_place_),
+                 SwitchPoints(), BuildString());
       if (baseline_ && baseline_->buffers != buffers_) {
         fmt::print("# baseline {} used {} buffers, this run {}\n", baseline_->path, baseline_->buffers, buffers_);
+      }
+      if (baseline_ && baseline_->in_place != in_place_) {
+        fmt::print("# baseline {} was timed {}, this run {}\n", baseline_->path, Placement(baseline_->in_place),
+                   Placement(in_place_));
       }
       if (baseline_ && baseline_->launch_warmup_calls != kLaunchWarmupCalls) {
         fmt::print("# baseline {} ran {} untimed 8-byte allreduces before its first size, this run {} (with more "
@@ -413,7 +436,8 @@ class PerfCommand : public Subcommand {
           so.ops = {op};
           so.dtypes = {dtype_value_};
           so.counts = {count};
-          so.in_place = false;
+          so.in_place = in_place_;  // the placement measured, and only it
+          so.out_of_place = !in_place_;
           so.shared_buffers = buffers_ == "shared";
           so.reduce_ops = {rop_value_};
           so.algorithm = algo_;
@@ -620,7 +644,8 @@ class PerfCommand : public Subcommand {
     uint64_t most = 0;  // bytes of send and receive buffers one rank needs at the largest size
     for (const std::string& op : ops_) {
       const size_t count = CountFor(op, sizes_.back(), es, world);
-      most = std::max<uint64_t>(most, (SendElems(op, count, world) + RecvElems(op, count, world)) * es);
+      most = std::max<uint64_t>(most,
+                                (SendElems(op, count, world, in_place_) + RecvElems(op, count, world, in_place_)) * es);
     }
     // --check keeps reference copies as large as the buffers.
     const uint64_t per_rank = check_ ? 2 * most : most;
@@ -642,6 +667,21 @@ class PerfCommand : public Subcommand {
   Work Issue(Communicator& c, PerfOp op, DataType t, ReduceOp rop, size_t count, const CallOptions& call) {
     uint8_t* send = send_.data();
     uint8_t* recv = recv_.data();
+    if (in_place_) {
+      const size_t block = count * DataTypeSize(t);
+      const size_t mine = static_cast<size_t>(c.rank()) * block, root = static_cast<size_t>(root_) * block;
+      const bool at_root = c.rank() == root_;
+      switch (op) {
+        case PerfOp::kAllreduce: return c.Allreduce(recv, recv, count, t, rop, call);
+        case PerfOp::kReduceScatter: return c.ReduceScatter(send, send + mine, count, t, rop, call);
+        case PerfOp::kAllgather: return c.Allgather(recv + mine, recv, count, t, call);
+        case PerfOp::kBroadcast: break;  // in place either way (below)
+        case PerfOp::kReduce: return c.Reduce(at_root ? recv : send, recv, count, t, rop, root_, call);
+        case PerfOp::kAlltoall: return c.Alltoall(recv, recv, count, t, call);
+        case PerfOp::kGather: return c.Gather(at_root ? recv + root : send, recv, count, t, root_, call);
+        case PerfOp::kScatter: return c.Scatter(send, at_root ? send + root : recv, count, t, root_, call);
+      }
+    }
     switch (op) {
       case PerfOp::kAllreduce: return c.Allreduce(send, recv, count, t, rop, call);
       case PerfOp::kReduceScatter: return c.ReduceScatter(send, recv, count, t, rop, call);
@@ -662,8 +702,8 @@ class PerfCommand : public Subcommand {
     const size_t n = static_cast<size_t>(c.size());
     const bool shared = buffers_ == "shared";
     const auto offset = static_cast<size_t>(buffer_offset_);
-    Status got = send_.Reserve(SendElems(op, count, c.size()) * es, shared, offset);
-    if (got.ok()) got = recv_.Reserve(RecvElems(op, count, c.size()) * es, shared, offset);
+    Status got = send_.Reserve(SendElems(op, count, c.size(), in_place_) * es, shared, offset);
+    if (got.ok()) got = recv_.Reserve(RecvElems(op, count, c.size(), in_place_) * es, shared, offset);
     // Every rank learns whether every rank has its buffers before any times a
     // collective (one rank failing alone would leave the others waiting).
     int64_t all_got = got.ok() ? 1 : 0;
@@ -788,7 +828,8 @@ class PerfCommand : public Subcommand {
     }
     const json doc = {{"tool", "choir perf"}, {"ranks", c.size()}, {"machine", MachineDescription(c)},
                       {"settings", SettingsInEffect()}, {"repeat", repeat_},
-                      {"buffers", buffers_}, {"buffer_offset", buffer_offset_}, {"root", root_},
+                      {"buffers", buffers_}, {"buffer_offset", buffer_offset_}, {"in_place", in_place_},
+                      {"root", root_},
                       {"launch_warmup_calls", kLaunchWarmupCalls}, {"results", results}};
     // Text that is not UTF-8 (a hostname, a setting) is replaced, not thrown on.
     const std::string text = JsonDump(doc, 2) + "\n";
@@ -809,6 +850,7 @@ class PerfCommand : public Subcommand {
   int root_ = 0;
   std::string buffers_ = "heap";
   int64_t buffer_offset_ = 0;
+  bool in_place_ = false;
   // What CheckFlags made of the flags.
   DataType dtype_value_ = DataType::kFloat32;
   ReduceOp rop_value_ = ReduceOp::kSum;

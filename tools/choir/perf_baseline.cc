@@ -85,6 +85,7 @@ Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::str
   b.buffer_offset = doc.contains("buffer_offset") && doc["buffer_offset"].is_number_integer()
                         ? doc["buffer_offset"].get<int64_t>()
                         : 0;
+  b.in_place = doc.contains("in_place") && doc["in_place"].is_boolean() && doc["in_place"].get<bool>();
   b.launch_warmup_calls = doc.contains("launch_warmup_calls") && doc["launch_warmup_calls"].is_number_integer()
                               ? doc["launch_warmup_calls"].get<int64_t>()
                               : 0;

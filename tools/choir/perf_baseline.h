@@ -37,6 +37,7 @@ struct Baseline {
   int ranks = 0;
   std::string buffers;  // "heap" or "shared"
   int64_t buffer_offset = 0;  // heap buffers' bytes past a page (--buffer-offset; read as 0 when absent)
+  bool in_place = false;  // timed in place (--in-place; read as false when absent: files before it)
   int64_t launch_warmup_calls = 0;  // untimed calls before the first size (0 when absent: files before them)
   int root = -1;        // root of broadcast, reduce, gather and scatter; -1 when the file does not say
   int repeat = 0;       // times each size was measured (--repeat); 0 when the file does not say
