@@ -128,6 +128,9 @@ class Context {
   // Marks that a same-host walk took the kernel copy (walk_choice.h; shown
   // as "+cma" after the algorithm's name).
   void NoteKernelWalk() const { NoteRoute(transport::kRouteKernelWalk); }
+  // Marks that a walk went through the pipe instead of its own way (shown
+  // as "+pipe" after the algorithm's name).
+  void NotePipeWalk() const { NoteRoute(transport::kRoutePipeWalk); }
   // A pipe walk staged with streaming stores (StagingChooser).
   void NoteStreamingStages() const { NoteRoute(transport::kRouteStreamingStages); }
   void CountSharedRead(int group_rank, uint64_t bytes) { endpoint_->CountSharedRead(CommRank(group_rank), bytes); }

@@ -113,6 +113,15 @@ void TakePositions(AreaOp& op, Walk& walk, int only_owner = -1) {
   }
 }
 
+// Whether `out` overlaps the `span` bytes from `in` (a call in place: the
+// Communicator refuses every other overlap), taking each as `span` long.
+bool Overlap(const void* in, const void* out, size_t span) {
+  const auto i = reinterpret_cast<uintptr_t>(in), o = reinterpret_cast<uintptr_t>(out);
+  return o < i + span && i < o + span;
+}
+
+size_t ElemsSpanned(const Blocks& blocks);
+
 // Checks that the pipe carries `blocks` and that every local rank runs this
 // collective (the published addresses carry its signature, which is
 // compared), and returns the walk. When every rank's `in` and `out` lie in
@@ -145,7 +154,21 @@ Result<Walk> StartWalk(AreaOp& op, CollKind kind, const Blocks& blocks, size_t c
   }
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, out, table, tables));
   const GroupView view = op.ctx().View();
-  const bool streaming = total * es >= PipeStreamingBytes(view.switch_table, kind, view.shares_cpus);
+  // The walks that combine or exchange blocks (parts > 1), run in place,
+  // write their outputs over lines they have just read: streaming stores
+  // there first evict those lines, and plain ones run faster. 2 ranks on
+  // the Zen 4 host, in place, plain against streaming stores, paired
+  // medians of 7 launches (two passes in opposite orders for allreduce and
+  // reduce_scatter): allreduce 1.56x-1.92x at 4-8 MiB, 1.13x-1.27x at 16
+  // MiB, 0.99x-1.04x at 32-64 MiB; reduce_scatter (streaming from 8 MiB)
+  // 1.60x-1.67x at 8 MiB, 1.13x-1.30x at 16 MiB, 0.99x-1.15x at 32-64 MiB;
+  // alltoall 1.37x-1.69x at 8-16 MiB, 0.96x-1.09x at 4 and 32-64 MiB;
+  // reduce 1.47x-1.49x at 4-8 MiB, 0.98x-1.10x at 16-64 MiB. 4 ranks on
+  // the 2 cores: allreduce 1.22x at 4 MiB, 0.91x-1.10x at 16-64 MiB;
+  // reduce_scatter 1.13x-1.42x at 4-64 MiB (docs/performance-log.md, "In
+  // place"). Whether one rank's stores stream concerns it alone.
+  const bool in_place = parts > 1 && in != nullptr && out != nullptr && Overlap(in, out, ElemsSpanned(blocks) * es);
+  const bool streaming = !in_place && total * es >= PipeStreamingBytes(view.switch_table, kind, view.shares_cpus);
   return Walk{(most + chunk - 1) / chunk, streaming, op.AllShared(), false, view.shares_cpus, {}};
 }
 
@@ -256,12 +279,16 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
   auto stage = [&](int owner, uint64_t k, int part) { return PartAt(op, owner, walk.Parity(owner, k), part, chunk_bytes); };
   // A result nobody else reads (reduce_scatter, a reduce's root), not
   // averaged afterwards and not overwriting input still to be staged, is
-  // combined straight into the output: an output clear of the input, or a
-  // reduce_scatter's in place, its own slice, which only this rank reads
-  // (ReduceMany's output may be one of its sources).
+  // combined straight into the output: an output clear of the input, or
+  // in place (a reduce_scatter's, a reduce root's) its own slice, which
+  // only this rank reads (ReduceMany's output may be one of its sources).
+  // A reduce root in place against combining into its pipe and copying
+  // out, 2 ranks on the Zen 4 host, 512 KiB-16 MiB, paired medians of 7
+  // launches: 1.03x-1.15x and 1.06x-1.16x in the two orders
+  // (docs/performance-log.md, "In place").
   const uint8_t* in_end = in + ElemsSpanned(slices) * es;
   const auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
-  const bool own_slice = output == Output::kMySlice && my_out == in + mine.offset * es;
+  const bool own_slice = my_out != nullptr && my_out == in + mine.offset * es;
   const bool direct = !staged && !(average && c.op() == ReduceOp::kAvg) &&
                       (own_slice || at(my_out + mine.count * es) <= at(in) || at(my_out) >= at(in_end));
   // The staged result with streaming stores only when peers read it and

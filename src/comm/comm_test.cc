@@ -945,6 +945,59 @@ TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
   }
 }
 
+// cma's alltoall with ranks in place: an alltoall of which any rank runs in
+// place goes through the pipe on every rank ("cma+pipe"), whichever ranks
+// are in place; an alltoallv in place (uneven splits, equal in and out)
+// holds the peers' blocks in scratch until the peers have read theirs.
+// Exact values, 2 and 3 ranks, heap buffers, blocks below and past the
+// kernel copy's pieces.
+TEST(CommLargeTest, CmaAlltoallInPlaceMatchesReference) {
+  for (int n : {2, 3}) {
+    auto results = RunRanks(n, [n](Communicator& comm) -> Status {
+      SweepOptions so;
+      so.ops = {"alltoall", "alltoallv"};
+      so.dtypes = {DataType::kFloat32};
+      so.counts = {1000, 70001, 300001};
+      so.out_of_place = false;
+      so.algorithm = "cma";
+      auto cases = RunSweep(comm, so);
+      if (!cases.ok()) return cases.status();
+      if (cases->size() != 6) return Status(Code::kInternal, std::to_string(cases->size()) + " cases ran");
+      for (const SweepCase& c : *cases) {
+        const std::string want = c.op == "alltoall" ? "cma+pipe" : "cma";
+        if (!c.ok || !c.in_place || c.algorithm != want) {
+          return Status(Code::kInternal, c.op + " count " + std::to_string(c.count) + " ran " + c.algorithm +
+                                             (c.in_place ? " in place: " : " out of place: ") + c.error);
+        }
+      }
+      // One rank in place and the others not: every rank takes the pipe.
+      constexpr size_t kCount = 70001;
+      const size_t total = kCount * static_cast<size_t>(n);
+      for (int alone = 0; alone < n; ++alone) {
+        std::vector<float> in(total), other(total);
+        for (size_t i = 0; i < total; ++i) in[i] = static_cast<float>(comm.rank() * 1000000 + static_cast<int>(i));
+        float* out = comm.rank() == alone ? in.data() : other.data();
+        CallOptions call;
+        call.algorithm = "cma";
+        Work w = comm.Alltoall(in.data(), out, kCount, DataType::kFloat32, call);
+        CHOIR_RETURN_IF_ERROR(w.Wait());
+        if (w.info().algorithm != "cma+pipe") return Status(Code::kInternal, "ran " + w.info().algorithm);
+        for (int p = 0; p < n; ++p) {
+          for (size_t i = 0; i < kCount; ++i) {
+            const float want = static_cast<float>(p * 1000000 + static_cast<int>(comm.rank() * kCount + i));
+            if (out[p * kCount + i] != want) {
+              return Status(Code::kInternal, fmt::format("rank {} in place: block from rank {} at {}", alone, p, i));
+            }
+          }
+        }
+      }
+      return Status::Ok();
+    }, TransportOptions("shm", 60s));
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    ExpectAllOk(results);
+  }
+}
+
 // cma's reduce cuts the root a larger slice by each table's combine cost
 // (1.2 on the Intel table with heap buffers, 0.2 through SharedBuffers and on
 // the AMD ones): under both tables, with both kinds of buffer, 2 and 3
@@ -1232,6 +1285,27 @@ TEST(CommPipeTest, LargeReduceScatterAndAlltoallMatchReference) {
       return CheckSweep(comm, so, "shm_pipe", 4);
     }, TransportOptions("shm", 120s));
     SCOPED_TRACE(std::string("CHOIR_SHM_STAGING=") + staging + ", CHOIR_SHM_PIPE_BYTES=" + pipe_bytes);
+    ExpectAllOk(results);
+  }
+}
+
+// The pipe's walks in place, past the size from which their outputs would
+// stream out of place (in place they store plainly, and a reduce root
+// combines straight into its own slice): 2 and 3 ranks, the roots in turn,
+// sum and average, exact values.
+TEST(CommPipeTest, InPlaceWalksMatchReference) {
+  for (int n : {2, 3}) {
+    auto results = RunRanks(n, [](Communicator& comm) -> Status {
+      SweepOptions so;
+      so.ops = {"allreduce", "reduce", "reduce_scatter", "alltoall"};
+      so.dtypes = {DataType::kFloat32};
+      so.counts = {131073, 2200001};
+      so.reduce_ops = {ReduceOp::kSum, ReduceOp::kAvg};
+      so.out_of_place = false;
+      so.algorithm = "shm_pipe";
+      return CheckSweep(comm, so, "shm_pipe", 14);
+    }, TransportOptions("shm", 120s));
+    SCOPED_TRACE(std::to_string(n) + " ranks");
     ExpectAllOk(results);
   }
 }

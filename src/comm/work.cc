@@ -244,6 +244,7 @@ WorkInfo Work::info() const {
     out.algorithm = i.algorithm;
     if (i.route & transport::kRouteKernelWalk) out.algorithm += "+cma";
     if (i.route & transport::kRouteShared) out.algorithm += "+shared";
+    if (i.route & transport::kRoutePipeWalk) out.algorithm += "+pipe";
   }
   out.streaming_stages = (i.route & transport::kRouteStreamingStages) != 0;
   out.sequence = i.sequence;

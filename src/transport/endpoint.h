@@ -60,6 +60,7 @@ enum RouteBit : uint8_t {
   kRouteKernelWalk = 1,  // "+cma": a same-host walk chose the kernel copy at run time
   kRouteShared = 2,      // "+shared": read or wrote a peer's SharedBuffer directly
   kRouteStreamingStages = 4,  // not in the name: WorkInfo::streaming_stages
+  kRoutePipeWalk = 8,    // "+pipe": a same-host walk went through the pipe instead (cma's in-place alltoall)
 };
 
 struct RunHooks {
