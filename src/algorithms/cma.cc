@@ -31,8 +31,8 @@
 namespace choir::algorithms {
 namespace {
 // Scratch: not a slot of the steps (0) or of hier (1, 2). A reduce's pieces
-// or an in-place alltoall's copy of its input, never both in one call.
-constexpr int kCmaSlot = 3;
+// or an in-place alltoallv's held blocks, never both in one call.
+constexpr int kCmaScratchSlot = 3;
 
 // The slices of a reduce: a rank other than the root also writes its slice
 // into the root's output, so the root takes a larger slice, one that ends
@@ -194,7 +194,7 @@ Status ReduceCmaWith(AreaOp& op, const uint8_t* send, uint8_t* recv, size_t coun
   } else {
     const uint64_t root_out = op.peers()[static_cast<size_t>(root_rank)].recv;
     const size_t piece = std::max<size_t>(1, kCmaChunkBytes / es);
-    CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(std::min(piece, mine.count) * es, kCmaSlot));
+    CHOIR_ASSIGN_OR_RETURN(uint8_t* tmp, c.ScratchBytes(std::min(piece, mine.count) * es, kCmaScratchSlot));
     for (size_t done = 0; done < mine.count; done += piece) {
       const size_t m = std::min(piece, mine.count - done);
       const uint64_t off = (mine.offset + done) * es;
@@ -263,11 +263,6 @@ Status AlltoallCma(Context& c, const OpArgs& a) {
   }
   const bool in_place = a.send == a.recv;
   const auto* send = static_cast<const uint8_t*>(a.send);
-  // In place, the blocks are held in scratch until the peers have read theirs (below).
-  uint8_t* held = nullptr;
-  if (in_place) {
-    CHOIR_ASSIGN_OR_RETURN(held, c.ScratchBytes((rblocks.back().offset + rblocks.back().count) * es, kCmaSlot));
-  }
   AreaOp op(c);
   std::vector<std::vector<uint64_t>> tables;
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, send, a.recv, table, &tables));
@@ -287,14 +282,14 @@ Status AlltoallCma(Context& c, const OpArgs& a) {
     }
   }
   // An alltoall of which any rank runs in place goes through the pipe
-  // instead (the same answer on every rank: all see the same addresses):
-  // there no rank writes lines a peer has just read out of its buffer. 2
-  // ranks on the Zen 4 host, 64-512 KiB, against the same alltoall out of
-  // place (paired medians of 7 launches): 0.75x-0.95x, where peers reading
-  // a copy of the input ran 0.47x-0.66x (docs/performance-log.md, "In
-  // place").
-  const bool any_in_place = std::any_of(bufs.begin(), bufs.end(), [](const PeerBuffers& b) { return b.send == b.recv; });
-  if (any_in_place && a.kind == CollKind::kAlltoall && PipeUsable(c.View(), a)) {
+  // instead, where the pipe can carry it: the same answer on every rank
+  // (all see the same addresses, and PipeUsable reads settings the host's
+  // ranks share). There no rank writes lines a peer has just read out of
+  // its buffer. 2 ranks on the Zen 4 host, 64-512 KiB, against the same
+  // alltoall out of place (paired medians of 7 launches): 0.75x-0.95x,
+  // where peers reading a copy of the input ran 0.47x-0.63x
+  // (docs/performance-log.md, "In place").
+  if (op.AnyInPlace() && a.kind == CollKind::kAlltoall && PipeUsable(c.View(), a)) {
     CHOIR_RETURN_IF_ERROR(op.Finish());
     c.NotePipeWalk();
     return AlltoallPipe(c, a);
@@ -318,15 +313,21 @@ Status AlltoallCma(Context& c, const OpArgs& a) {
   // Zen 4 host at 64-512 KiB). In place the counts sent and received are
   // equal (the Communicator checks), so every block lies in the output
   // where it lay in the input and this rank's own stays where it is.
+  auto held = c.ScratchBytes(patterns::ElemsSpanned(rblocks) * es, kCmaScratchSlot);
+  if (!held.ok()) {
+    // The peers still read this rank's input; it fails once they are done.
+    CHOIR_RETURN_IF_ERROR(op.Finish());
+    return held.status();
+  }
   for (int s = 1; s < n; ++s) {
     const auto p = static_cast<size_t>((op.me() + s) % n);
-    CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, static_cast<int>(p), held + rblocks[p].offset * es,
+    CHOIR_RETURN_IF_ERROR(CopyFromPeer(op, static_cast<int>(p), *held + rblocks[p].offset * es,
                                        bufs[p].send + tables[p][me], rblocks[p].count * es));
   }
   CHOIR_RETURN_IF_ERROR(op.Finish());
   for (size_t p = 0; p < nn; ++p) {
     if (p == me) continue;
-    kernels::CopyBytes(out + rblocks[p].offset * es, held + rblocks[p].offset * es, rblocks[p].count * es,
+    kernels::CopyBytes(out + rblocks[p].offset * es, *held + rblocks[p].offset * es, rblocks[p].count * es,
                        /*nontemporal=*/true);
   }
   return Status::Ok();

@@ -33,9 +33,10 @@ class WalkChooser;
 
 // Growable scratch memory owned by the communicator, reused across operations.
 // Slot 0 belongs to the innermost step (block steps, rings, single copy);
-// hierarchical algorithms keep their own buffers in slots 1 and 2, and cma's
-// reduce its pieces in slot 3 (kReducePieceSlot), so that no algorithm's
-// buffer is one a step it calls reuses.
+// hierarchical algorithms keep their own buffers in slots 1 and 2, and cma
+// its reduce's pieces or an in-place alltoallv's held blocks in slot 3
+// (kCmaScratchSlot), so that no algorithm's buffer is one a step it calls
+// reuses.
 class Scratch {
  public:
   static constexpr int kSlots = 4;

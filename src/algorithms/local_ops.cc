@@ -595,6 +595,10 @@ bool AreaOp::EveryRankShares(transport::SharedRef PeerBuffers::*ref) const {
   return std::all_of(peers_.begin(), peers_.end(), [&](const PeerBuffers& b) { return (b.*ref).id != 0; });
 }
 
+bool AreaOp::AnyInPlace() const {
+  return std::any_of(peers_.begin(), peers_.end(), [](const PeerBuffers& b) { return b.send == b.recv; });
+}
+
 bool AreaOp::ReduceShared(int root) const {
   if (peers_.size() != static_cast<size_t>(size()) || peers_[static_cast<size_t>(root)].recv_ref.id == 0) return false;
   return EveryRankShares(&PeerBuffers::send_ref);

@@ -163,6 +163,9 @@ class AreaOp {
   // SharedBuffers (the other ranks' outputs are not touched). The same
   // answer on every rank.
   bool ReduceShared(int root) const;
+  // Whether any rank published the same send and receive buffer (a call in
+  // place): the same answer on every rank.
+  bool AnyInPlace() const;
 
   int me() const { return group_->index; }
   int size() const { return group_->size(); }

@@ -1,5 +1,6 @@
 // Cost: 1 step; each input byte is read from memory once and each output byte
-// written once (streaming stores); the exchange between ranks runs through
+// written once (streaming stores for large outputs, plain ones in place,
+// where they land on lines just read); the exchange between ranks runs through
 // the caches. For large messages on one host, with or without
 // process_vm_readv: allreduce, reduce_scatter, reduce, allgather, alltoall
 // and broadcast.
@@ -21,7 +22,9 @@
 // A reduce_scatter stops after B and, unless it averages, combines straight
 // into its output (in place, into its own slice of its input: the one overlap
 // the Communicator lets through); in a reduce only the root runs C (and the
-// other ranks write no output). Allgather is the same walk with one chunk per
+// other ranks write no output), and its root combines straight into its
+// output too where that does not overwrite input still to be staged, or in
+// place into its own slice. Allgather is the same walk with one chunk per
 // step: each rank stages chunk k of its block (progress k+1) and copies chunk
 // k of every peer's block; a broadcast's root alone stages, the others copy.
 // Alltoall is the reduce walk without the combining: a rank stages chunk k of
@@ -59,6 +62,7 @@ namespace choir::algorithms {
 namespace {
 
 using patterns::Block;
+using patterns::ElemsSpanned;
 
 // Bytes per chunk of `parts` chunks per step, two steps in the pipe: the
 // pipe's share, but no more than a step's share of the L2 cache (L2 / (2 x
@@ -113,14 +117,16 @@ void TakePositions(AreaOp& op, Walk& walk, int only_owner = -1) {
   }
 }
 
-// Whether `out` overlaps the `span` bytes from `in` (a call in place: the
-// Communicator refuses every other overlap), taking each as `span` long.
-bool Overlap(const void* in, const void* out, size_t span) {
+// Whether `out` starts within the `span` bytes from `in`: a call in place
+// (the output is the input, or this rank's slice of it; the Communicator
+// refuses every other overlap). An output that ends inside the input
+// without starting there is not one: the walk's outputs of a
+// reduce_scatter are shorter than its input.
+bool InPlace(const void* in, const void* out, size_t span) {
   const auto i = reinterpret_cast<uintptr_t>(in), o = reinterpret_cast<uintptr_t>(out);
-  return o < i + span && i < o + span;
+  return o >= i && o < i + span;
 }
 
-size_t ElemsSpanned(const Blocks& blocks);
 
 // Checks that the pipe carries `blocks` and that every local rank runs this
 // collective (the published addresses carry its signature, which is
@@ -158,8 +164,9 @@ Result<Walk> StartWalk(AreaOp& op, CollKind kind, const Blocks& blocks, size_t c
   // write their outputs over lines they have just read: streaming stores
   // there first evict those lines, and plain ones run faster. 2 ranks on
   // the Zen 4 host, in place, plain against streaming stores, paired
-  // medians of 7 launches (two passes in opposite orders for allreduce and
-  // reduce_scatter): allreduce 1.56x-1.92x at 4-8 MiB, 1.13x-1.27x at 16
+  // medians of 7 launches (allreduce: two passes of 9 and 7 launches with
+  // streaming launched first; reduce_scatter: a pass in each launch
+  // order): allreduce 1.56x-1.92x at 4-8 MiB, 1.13x-1.27x at 16
   // MiB, 0.99x-1.04x at 32-64 MiB; reduce_scatter (streaming from 8 MiB)
   // 1.60x-1.67x at 8 MiB, 1.13x-1.30x at 16 MiB, 0.99x-1.15x at 32-64 MiB;
   // alltoall 1.37x-1.69x at 8-16 MiB, 0.96x-1.09x at 4 and 32-64 MiB;
@@ -167,7 +174,7 @@ Result<Walk> StartWalk(AreaOp& op, CollKind kind, const Blocks& blocks, size_t c
   // the 2 cores: allreduce 1.22x at 4 MiB, 0.91x-1.10x at 16-64 MiB;
   // reduce_scatter 1.13x-1.42x at 4-64 MiB (docs/performance-log.md, "In
   // place"). Whether one rank's stores stream concerns it alone.
-  const bool in_place = parts > 1 && in != nullptr && out != nullptr && Overlap(in, out, ElemsSpanned(blocks) * es);
+  const bool in_place = parts > 1 && in != nullptr && out != nullptr && InPlace(in, out, ElemsSpanned(blocks) * es);
   const bool streaming = !in_place && total * es >= PipeStreamingBytes(view.switch_table, kind, view.shares_cpus);
   return Walk{(most + chunk - 1) / chunk, streaming, op.AllShared(), false, view.shares_cpus, {}};
 }
@@ -210,12 +217,6 @@ Status RunStaged(AreaOp& op, CollKind kind, size_t bytes, Walk walk, Run&& run) 
   return s;
 }
 
-// Elements from the start of the buffer to the end of the last of `blocks`.
-size_t ElemsSpanned(const Blocks& blocks) {
-  size_t elems = 0;
-  for (const Block& b : blocks) elems = std::max(elems, b.offset + b.count);
-  return elems;
-}
 
 size_t ChunkAt(const Block& slice, size_t k, size_t chunk) {
   const size_t start = k * chunk;
@@ -588,8 +589,7 @@ Status PipeAlltoall(Context& c, const uint8_t* in, uint8_t* out, const Blocks& b
                                    &tables));
   // Straight out of the peers' inputs only when no rank runs in place (its
   // input would change under the readers): the same answer on every rank.
-  bool none_in_place = true;
-  for (const PeerBuffers& b : op.peers()) none_in_place = none_in_place && b.send != b.recv;
+  const bool none_in_place = !op.AnyInPlace();
   if (walk.shared && none_in_place) return AlltoallFromPeers(op, in, out, blocks);
   const auto pipe = [&] {
     return RunStaged(op, CollKind::kAlltoall, bytes, walk,

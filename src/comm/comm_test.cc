@@ -945,56 +945,90 @@ TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
   }
 }
 
-// cma's alltoall with ranks in place: an alltoall of which any rank runs in
+// cma's alltoall with ranks in place. An alltoall of which any rank runs in
 // place goes through the pipe on every rank ("cma+pipe"), whichever ranks
-// are in place; an alltoallv in place (uneven splits, equal in and out)
-// holds the peers' blocks in scratch until the peers have read theirs.
-// Exact values, 2 and 3 ranks, heap buffers, blocks below and past the
-// kernel copy's pieces.
+// are in place, with heap buffers and with SharedBuffers. Without a pipe
+// (CHOIR_SHM_PIPE_BYTES=0), and for an alltoallv (uneven splits, equal in
+// and out), a rank in place holds the peers' blocks in scratch until every
+// peer has read its own ("cma"). Exact values, 2 and 3 ranks, blocks below
+// and past the kernel copy's pieces.
 TEST(CommLargeTest, CmaAlltoallInPlaceMatchesReference) {
-  for (int n : {2, 3}) {
-    auto results = RunRanks(n, [n](Communicator& comm) -> Status {
-      SweepOptions so;
-      so.ops = {"alltoall", "alltoallv"};
-      so.dtypes = {DataType::kFloat32};
-      so.counts = {1000, 70001, 300001};
-      so.out_of_place = false;
-      so.algorithm = "cma";
-      auto cases = RunSweep(comm, so);
-      if (!cases.ok()) return cases.status();
-      if (cases->size() != 6) return Status(Code::kInternal, std::to_string(cases->size()) + " cases ran");
-      for (const SweepCase& c : *cases) {
-        const std::string want = c.op == "alltoall" ? "cma+pipe" : "cma";
-        if (!c.ok || !c.in_place || c.algorithm != want) {
-          return Status(Code::kInternal, c.op + " count " + std::to_string(c.count) + " ran " + c.algorithm +
-                                             (c.in_place ? " in place: " : " out of place: ") + c.error);
+  for (const std::string pipe_bytes : {"4M", "0"}) {
+    params::ScopedOverride pipe("CHOIR_SHM_PIPE_BYTES", pipe_bytes);
+    const bool piped = pipe_bytes != "0";
+    for (int n : {2, 3}) {
+      auto results = RunRanks(n, [n, piped](Communicator& comm) -> Status {
+        SweepOptions so;
+        so.ops = {"alltoall", "alltoallv"};
+        so.dtypes = {DataType::kFloat32};
+        so.counts = {1000, 70001, 300001};
+        so.out_of_place = false;
+        so.algorithm = "cma";
+        auto cases = RunSweep(comm, so);
+        if (!cases.ok()) return cases.status();
+        if (cases->size() != 6) return Status(Code::kInternal, std::to_string(cases->size()) + " cases ran");
+        for (const SweepCase& c : *cases) {
+          const std::string want = c.op == "alltoall" && piped ? "cma+pipe" : "cma";
+          if (!c.ok || !c.in_place || c.algorithm != want) {
+            return Status(Code::kInternal, c.op + " count " + std::to_string(c.count) + " ran " + c.algorithm +
+                                               (c.in_place ? " in place: " : " out of place: ") + c.error);
+          }
         }
-      }
-      // One rank in place and the others not: every rank takes the pipe.
-      constexpr size_t kCount = 70001;
-      const size_t total = kCount * static_cast<size_t>(n);
-      for (int alone = 0; alone < n; ++alone) {
-        std::vector<float> in(total), other(total);
-        for (size_t i = 0; i < total; ++i) in[i] = static_cast<float>(comm.rank() * 1000000 + static_cast<int>(i));
-        float* out = comm.rank() == alone ? in.data() : other.data();
-        CallOptions call;
-        call.algorithm = "cma";
-        Work w = comm.Alltoall(in.data(), out, kCount, DataType::kFloat32, call);
-        CHOIR_RETURN_IF_ERROR(w.Wait());
-        if (w.info().algorithm != "cma+pipe") return Status(Code::kInternal, "ran " + w.info().algorithm);
-        for (int p = 0; p < n; ++p) {
-          for (size_t i = 0; i < kCount; ++i) {
-            const float want = static_cast<float>(p * 1000000 + static_cast<int>(comm.rank() * kCount + i));
-            if (out[p * kCount + i] != want) {
-              return Status(Code::kInternal, fmt::format("rank {} in place: block from rank {} at {}", alone, p, i));
+        // Some ranks in place and the others not: rank `alone` alone, then
+        // every rank but it. The alltoallv's splits are symmetric (what
+        // rank i sends rank j, j sends i), so in and out are equal.
+        const int r = comm.rank();
+        const auto split = [](bool v, int from, int to) {
+          return v ? static_cast<size_t>(50000 + 1000 * (from + to)) : size_t{70001};
+        };
+        for (const bool shared : {false, true}) {
+          for (const bool v : {false, true}) {
+            for (int alone = 0; alone < n; ++alone) {
+              for (const bool only : {true, false}) {
+                const bool in_place = (r == alone) == only;
+                std::vector<size_t> counts(static_cast<size_t>(n));
+                size_t total = 0;
+                for (int p = 0; p < n; ++p) total += counts[static_cast<size_t>(p)] = split(v, r, p);
+                auto send = SharedBuffer::Allocate(total * sizeof(float));
+                auto recv = SharedBuffer::Allocate(total * sizeof(float));
+                if (!send.ok() || !recv.ok()) return Status(Code::kInternal, "SharedBuffer::Allocate failed");
+                std::vector<float> heap_in(total), heap_out(total);
+                float* in = shared ? send->as<float>() : heap_in.data();
+                float* out = in_place ? in : (shared ? recv->as<float>() : heap_out.data());
+                for (size_t i = 0; i < total; ++i) in[i] = static_cast<float>(r * 1000000 + static_cast<int>(i));
+                CallOptions call;
+                call.algorithm = "cma";
+                Work w = v ? comm.AlltoallV(in, counts, out, counts, DataType::kFloat32, call)
+                           : comm.Alltoall(in, out, split(false, 0, 0), DataType::kFloat32, call);
+                CHOIR_RETURN_IF_ERROR(w.Wait());
+                const std::string what = fmt::format("{} {} buffers, rank {} {}in place", v ? "alltoallv" : "alltoall",
+                                                     shared ? "shared" : "heap", alone, only ? "alone " : "not ");
+                const std::string route = w.info().algorithm;
+                const bool want_pipe = piped && !v;
+                if (route.rfind("cma", 0) != 0 || (route.find("+pipe") != std::string::npos) != want_pipe) {
+                  return Status(Code::kInternal, what + ": ran " + route);
+                }
+                size_t at = 0;
+                for (int p = 0; p < n; ++p) {
+                  size_t from = 0;  // where p's block for this rank starts in p's input
+                  for (int q = 0; q < r; ++q) from += split(v, p, q);
+                  for (size_t i = 0; i < split(v, p, r); ++i) {
+                    const float want = static_cast<float>(p * 1000000 + static_cast<int>(from + i));
+                    if (out[at + i] != want) {
+                      return Status(Code::kInternal, fmt::format("{}: block from rank {} at {}", what, p, i));
+                    }
+                  }
+                  at += split(v, p, r);
+                }
+              }
             }
           }
         }
-      }
-      return Status::Ok();
-    }, TransportOptions("shm", 60s));
-    SCOPED_TRACE(std::to_string(n) + " ranks");
-    ExpectAllOk(results);
+        return Status::Ok();
+      }, TransportOptions("shm", 60s));
+      SCOPED_TRACE(std::to_string(n) + " ranks, CHOIR_SHM_PIPE_BYTES=" + pipe_bytes);
+      ExpectAllOk(results);
+    }
   }
 }
 

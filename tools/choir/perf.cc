@@ -436,7 +436,9 @@ class PerfCommand : public Subcommand {
           so.ops = {op};
           so.dtypes = {dtype_value_};
           so.counts = {count};
-          so.in_place = in_place_;  // the placement measured, and only it
+          // The placement measured, and only it (broadcast, timed in place
+          // either way, is checked in place only with --in-place).
+          so.in_place = in_place_;
           so.out_of_place = !in_place_;
           so.shared_buffers = buffers_ == "shared";
           so.reduce_ops = {rop_value_};

@@ -8,6 +8,7 @@
 #ifndef CHOIR_ALGORITHMS_PATTERNS_BLOCKS_H_
 #define CHOIR_ALGORITHMS_PATTERNS_BLOCKS_H_
 
+#include <algorithm>
 #include <cassert>
 #include <cstddef>
 #include <vector>
@@ -64,6 +65,13 @@ inline std::vector<Block> BlocksFromCounts(const std::vector<size_t>& counts) {
     offset += c;
   }
   return out;
+}
+
+// Elements from the start of the buffer to the end of the last of `blocks`.
+inline size_t ElemsSpanned(const std::vector<Block>& blocks) {
+  size_t elems = 0;
+  for (const Block& b : blocks) elems = std::max(elems, b.offset + b.count);
+  return elems;
 }
 
 }  // namespace choir::patterns
