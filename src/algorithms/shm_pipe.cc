@@ -127,7 +127,6 @@ bool InPlace(const void* in, const void* out, size_t span) {
   return o >= i && o < i + span;
 }
 
-
 // Checks that the pipe carries `blocks` and that every local rank runs this
 // collective (the published addresses carry its signature, which is
 // compared), and returns the walk. When every rank's `in` and `out` lie in
@@ -216,7 +215,6 @@ Status RunStaged(AreaOp& op, CollKind kind, size_t bytes, Walk walk, Run&& run) 
   if (choose && s.ok()) chooser->Record(kind, bytes, stores, OpNanos() - start);
   return s;
 }
-
 
 size_t ChunkAt(const Block& slice, size_t k, size_t chunk) {
   const size_t start = k * chunk;
