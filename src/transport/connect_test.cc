@@ -88,5 +88,28 @@ TEST(WaitPolicyTest, RanksCompeteForCpusCountsEachRanksShare) {
   EXPECT_TRUE(RanksCompeteForCpus({{0}, {}, {1}}, 2));
 }
 
+// Counted with their progress threads (threads_per_rank = 2): whether each
+// rank's progress thread finds a CPU of its own (comm/bootstrap.cc).
+TEST(WaitPolicyTest, ProgressThreadsCountAsASecondThreadPerRank) {
+  // Two free ranks on two CPUs (torchrun on a small host), or bound one per
+  // CPU: the progress threads have no CPU of their own.
+  EXPECT_TRUE(RanksCompeteForCpus({{0, 1}, {0, 1}}, 2, 2));
+  EXPECT_TRUE(RanksCompeteForCpus({{0}, {1}}, 2, 2));
+  // Two CPUs per rank, free or bound: they do.
+  EXPECT_FALSE(RanksCompeteForCpus({{0, 1, 2, 3}, {0, 1, 2, 3}}, 4, 2));
+  EXPECT_FALSE(RanksCompeteForCpus({{0, 1}, {2, 3}}, 4, 2));
+  // Eight free ranks on 64 CPUs do, and eight confined to 16 of them; a
+  // ninth on those 16 tips the balance.
+  std::vector<int> all64(64);
+  for (int i = 0; i < 64; ++i) all64[static_cast<size_t>(i)] = i;
+  EXPECT_FALSE(RanksCompeteForCpus(std::vector<std::vector<int>>(8, all64), 64, 2));
+  const std::vector<int> first16(all64.begin(), all64.begin() + 16);
+  EXPECT_FALSE(RanksCompeteForCpus(std::vector<std::vector<int>>(8, first16), 64, 2));
+  EXPECT_TRUE(RanksCompeteForCpus(std::vector<std::vector<int>>(9, first16), 64, 2));
+  // A rank's affinity unknown: twice the ranks against online CPUs.
+  EXPECT_FALSE(RanksCompeteForCpus({{0}, {}}, 4, 2));
+  EXPECT_TRUE(RanksCompeteForCpus({{0}, {}}, 3, 2));
+}
+
 }  // namespace
 }  // namespace choir::transport

@@ -308,11 +308,13 @@ Status Endpoint::Timeout(std::span<Xfer> xfers, double waited) const {
   return Status(Code::kCollectiveTimeout, msg);
 }
 
-bool RanksCompeteForCpus(const std::vector<std::vector<int>>& cpus_of_ranks, int online_cpus) {
+bool RanksCompeteForCpus(const std::vector<std::vector<int>>& cpus_of_ranks, int online_cpus,
+                         int threads_per_rank) {
   std::map<int, double> load;
+  const double threads = threads_per_rank;
   for (const std::vector<int>& cpus : cpus_of_ranks) {
-    if (cpus.empty()) return static_cast<int>(cpus_of_ranks.size()) > online_cpus;
-    for (int cpu : cpus) load[cpu] += 1.0 / static_cast<double>(cpus.size());
+    if (cpus.empty()) return static_cast<double>(cpus_of_ranks.size()) * threads > online_cpus;
+    for (int cpu : cpus) load[cpu] += threads / static_cast<double>(cpus.size());
   }
   for (const auto& [cpu, work] : load) {
     if (work > 1.0 + 1e-9) return true;

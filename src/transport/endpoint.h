@@ -110,8 +110,10 @@ struct WaitPolicy {
 // they compete when some CPU gets more than one: ranks a launcher bound one
 // per CPU do not, though each sees a single CPU; ranks stacked on the same
 // CPUs do. When some rank's affinity is unknown (empty), ranks are counted
-// against `online_cpus`.
-bool RanksCompeteForCpus(const std::vector<std::vector<int>>& cpus_of_ranks, int online_cpus);
+// against `online_cpus`. With `threads_per_rank` = 2 it asks whether each
+// rank's progress thread, busy beside its caller, finds a CPU of its own.
+bool RanksCompeteForCpus(const std::vector<std::vector<int>>& cpus_of_ranks, int online_cpus,
+                         int threads_per_rank = 1);
 
 class Endpoint {
  public:

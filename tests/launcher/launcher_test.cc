@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -357,6 +358,39 @@ TEST(RunTest, AllreduceAcrossTheRanksOfOneLauncher) {
   EXPECT_EQ(r.err.find("not a choir setting"), std::string::npos)
       << "the launcher sets a CHOIR_* variable the settings table does not know:\n"
       << r.err;
+}
+
+// The first two CPUs this process may use, as a taskset list ("0,1").
+std::string FirstTwoCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return "";
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus.size() == 2 ? fmt::format("{},{}", cpus[0], cpus[1]) : "";
+}
+
+// A rank whose progress thread finds no CPU of its own leaves queued
+// operations to their callers (comm/bootstrap.cc, docs/launcher.md) and says
+// so when it joins: unbound ranks, each counted with its progress thread, on
+// fewer CPUs than that; one rank on two CPUs has one for it.
+TEST(RunTest, RanksWithoutACpuForTheProgressThreadSayTheyLeaveQueuedOperationsToTheirCallers) {
+  const std::string two = FirstTwoCpus();
+  ASSERT_FALSE(two.empty()) << "needs two CPUs";
+  const std::string line = "no CPU for the progress thread: queued operations wait for their caller";
+  for (const char* n : {"2", "1"}) {
+    SCOPED_TRACE(std::string(n) + " rank(s) on CPUs " + two);
+    const Outcome r = RunChoir({"run", "-n", n, "--bind", "none", "--", "taskset", "-c", two,
+                                CHOIR_ALLREDUCE_RANK_PATH},
+                               {"CHOIR_LOG_LEVEL=info"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(ChoirProcess::CountLines(r.out, "allreduce ok rank"), std::stoi(n)) << r.out;
+    const std::string all = r.out + r.err;
+    EXPECT_EQ(ChoirProcess::CountLines(all, " joined '"), std::stoi(n)) << all;
+    EXPECT_EQ(ChoirProcess::CountLines(all, line), std::string(n) == "2" ? 2 : 0) << all;
+  }
 }
 
 TEST(RunTest, PeersOfAFailedRankReportItThemselvesWithinTheGracePeriod) {
