@@ -103,8 +103,10 @@ class Work {
   // thread is logged and dropped.
   void Then(std::function<void(const Status&)> callback) const;
   // Lets the communicator's progress thread start its queued operations,
-  // this one among them, as soon as the engine is free. A rank whose threads
-  // may use one CPU only (bound to one CPU, or oversubscribed) otherwise
+  // this one among them, as soon as the engine is free. A rank whose
+  // progress thread has no CPU of its own (bound to one CPU, or the host's
+  // ranks with their progress threads outnumber the CPUs, as unbound ranks
+  // on a small host do) otherwise
   // leaves a queued operation 100 us (up to a millisecond while its progress
   // thread sleeps on its timer) to a caller that may Wait() for it and so
   // run it on its own thread, which saves the two context switches of a

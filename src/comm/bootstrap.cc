@@ -539,13 +539,15 @@ Result<std::unique_ptr<CommImpl>> CommImpl::Join(const std::shared_ptr<Store>& s
   });
   // A rank's progress thread may have no CPU of its own: the rank is bound
   // to one CPU (as `choir run` binds ranks when there are cores for them
-  // all), or the host's ranks, counted with their progress threads, outnumber
-  // the CPUs they may use (unbound ranks on a small host, as torchrun starts
-  // them). Its hand-offs then cost context switches on CPUs the callers
-  // need, so a caller that waits runs its operation itself (comm/engine.h).
-  // Unbound 2-rank allreduce in place on 2 CPUs, mean: 512 KiB 69 -> 36 us,
-  // 1 MiB 80 -> 68 us (the bound figures); torch.distributed.all_reduce
-  // 1.2x-2.7x faster at 512 KiB-4 MiB; DDP's step level.
+  // all), or the host's ranks, each counted as two threads (caller and
+  // progress thread) spread over its CPU affinity, load some CPU with more
+  // than one (unbound ranks on a small host, as torchrun starts them). Its
+  // hand-offs then cost context switches on CPUs the callers need, so a
+  // caller that waits runs its operation itself (comm/engine.h). Two unbound
+  // ranks on 2 CPUs, allreduce in place, paired time ratios: 0.51x at 512
+  // KiB, 0.78x at 1 MiB, 0.87x-0.90x at 2-4 MiB (near the bound ranks'
+  // figures); torch.distributed.all_reduce 1.2x-2.3x faster at 512 KiB-4
+  // MiB (docs/performance-log.md, "The Zen 4 host, a seventh session").
   std::vector<int> my_cpus;
   const bool one_cpu = topology::AffinityCpus(&my_cpus) && my_cpus.size() == 1;
   const bool progress_shares =

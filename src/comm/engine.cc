@@ -179,8 +179,11 @@ void Engine::Loop() {
     }
     // Sleep: on a timer while background work or deferred operations came
     // lately (so that SubmitBackground and Submit need not wake this
-    // thread), else until notified.
-    if (background_ || now - last_background_ < kTimerFor || (shares_cpu_ && now - last_submit_ < kTimerFor)) {
+    // thread), or while a deferred operation waits (one a helper left behind
+    // after a long operation would otherwise wait for the next Submit), else
+    // until notified.
+    if (background_ || now - last_background_ < kTimerFor ||
+        (shares_cpu_ && (now - last_submit_ < kTimerFor || !queue_.empty()))) {
       on_timer_ = true;
       auto until = now + kTimerTick;
       if (idle && background_) until = std::min(until, background_since_ + kBackgroundDelay);

@@ -50,8 +50,9 @@ class Engine {
   // thread, helpers_waiting() (the task's own check).
   void SubmitBackground(Task task);
   static constexpr std::chrono::microseconds kBackgroundDelay{200};
-  // For a process whose threads share one CPU (a rank bound to its own core,
-  // or ranks that outnumber the cores): the progress thread takes a queued
+  // For a rank whose progress thread has no CPU of its own (bound to one
+  // CPU, or the host's ranks with their progress threads outnumber the CPUs
+  // they may use: comm/bootstrap.cc): the progress thread takes a queued
   // operation only kPickupDelay after it was queued, and Submit does not wake
   // a progress thread that sleeps on its timer. A caller that waits sooner
   // runs the operation itself, without the two context switches of a

@@ -286,6 +286,29 @@ TEST(EngineTest, SharingItsCpuTheEngineLeavesQueuedTasksToAWaitingCaller) {
   EXPECT_TRUE(drained);
 }
 
+// A task left queued behind one a helper ran for longer than the progress
+// thread's timer lasts (100 ms after the last Submit): the progress thread
+// still takes it after the delay, for a caller that never waits in Help()
+// (Work::Then, or Done() polled). It used to sleep until the next Submit.
+TEST(EngineTest, SharingItsCpuTheEngineRunsATaskLeftBehindALongOne) {
+  Engine e;
+  e.set_shares_cpu(true);
+  for (int round = 0; round < 2; ++round) {
+    std::atomic<bool> first_done{false}, second_done{false};
+    e.Submit(
+        [&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(150));
+          first_done = true;
+        },
+        false);
+    e.Submit([&] { second_done = true; }, false);
+    e.Help([&] { return first_done.load(); });
+    for (int i = 0; i < 10000 && !second_done; ++i) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    EXPECT_TRUE(second_done) << "round " << round << ": the task left queued never ran";
+    e.Drain();
+  }
+}
+
 // StartQueued lets the progress thread take a deferred task without the
 // delay: for callers that will not wait in Help() (Work::Start).
 TEST(EngineTest, StartQueuedHandsADeferredTaskToTheProgressThread) {

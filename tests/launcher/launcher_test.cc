@@ -11,7 +11,6 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -360,16 +359,18 @@ TEST(RunTest, AllreduceAcrossTheRanksOfOneLauncher) {
       << r.err;
 }
 
-// The first two CPUs this process may use, as a taskset list ("0,1").
+// The first two CPUs this process may use, as a taskset list ("0,1"), read
+// from its Cpus_allowed_list ("0-3,8"); empty when it has fewer.
 std::string FirstTwoCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return "";
   std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  for (const std::string& range : strings::Split(AllowedCpus(), ',')) {
+    if (range.empty()) continue;
+    const size_t dash = range.find('-');
+    const int first = std::stoi(range.substr(0, dash));
+    const int last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
+    for (int c = first; c <= last && cpus.size() < 2; ++c) cpus.push_back(c);
   }
-  return cpus.size() == 2 ? fmt::format("{},{}", cpus[0], cpus[1]) : "";
+  return cpus.size() >= 2 ? fmt::format("{},{}", cpus[0], cpus[1]) : "";
 }
 
 // A rank whose progress thread finds no CPU of its own leaves queued

@@ -456,6 +456,21 @@ def check_future_then():
         raise AssertionError("result() is not the output tensor")
 
 
+def check_polled_completion():
+    """Async ops polled with is_completed(), never waited for, complete."""
+    ts = [torch.full((LARGE,), float(k + RANK)) for k in range(3)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    deadline = time.monotonic() + 20
+    while not all(w.is_completed() for w in works):
+        if time.monotonic() > deadline:
+            raise AssertionError("polled async ops still not completed after 20 s")
+        time.sleep(0.0005)
+    for k, (w, t) in enumerate(zip(works, ts)):
+        want = sum(float(k + r) for r in range(WORLD))
+        if not w.is_success() or t[0].item() != want or t[-1].item() != want:
+            raise AssertionError(f"polled op {k}: {t[0].item()} != {want}")
+
+
 def check_async_order():
     """Async ops of both sizes complete, in issue order, with the right values."""
     ts = [torch.full((LARGE if k % 2 == 0 else 3,), float(k + RANK)) for k in range(6)]
@@ -594,6 +609,7 @@ def scenario_ops():
     c.run("barrier/default", check_barrier)
     c.run("future/then", check_future_then)
     c.run("async/order", check_async_order)
+    c.run("async/polled", check_polled_completion)
     c.run("threads/two_groups", check_threads)
     dist.barrier()
     dist.destroy_process_group()
