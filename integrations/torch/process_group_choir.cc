@@ -529,6 +529,10 @@ ChoirWork::ChoirWork(int rank, c10d::OpType type, std::vector<at::Tensor> output
     : c10d::Work(rank, type), outputs_(std::move(outputs)) {}
 
 bool ChoirWork::isCompleted() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completed_) return true;
+  }
   // Whoever polls does not run the operations: let the progress thread take
   // them at once (choir::Work::Start).
   for (const choir::Work& w : issued_) w.Start();

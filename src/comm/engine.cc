@@ -179,11 +179,13 @@ void Engine::Loop() {
     }
     // Sleep: on a timer while background work or deferred operations came
     // lately (so that SubmitBackground and Submit need not wake this
-    // thread), or while a deferred operation waits (one a helper left behind
-    // after a long operation would otherwise wait for the next Submit), else
-    // until notified.
+    // thread), or while a deferred operation waits on an idle engine (one a
+    // helper left behind after a long operation would otherwise wait for the
+    // next Submit), else until notified (Release notifies while operations
+    // are queued, and a helper that leaves while this thread is off its
+    // timer).
     if (background_ || now - last_background_ < kTimerFor ||
-        (shares_cpu_ && (now - last_submit_ < kTimerFor || !queue_.empty()))) {
+        (shares_cpu_ && (now - last_submit_ < kTimerFor || (idle && !queue_.empty())))) {
       on_timer_ = true;
       auto until = now + kTimerTick;
       if (idle && background_) until = std::min(until, background_since_ + kBackgroundDelay);

@@ -63,7 +63,7 @@ class Engine {
   static constexpr std::chrono::microseconds kPickupDelay{100};
   // Lets the progress thread take what is queued now, without the pickup
   // delay: for an operation whose caller will not wait in Help() (it waits
-  // with a timeout, or through a callback or future).
+  // with a timeout, through a callback or future, or polls).
   void StartQueued();
   // Runs `task` now on this thread if no operation is running or queued and
   // returns true; otherwise returns false without running it.
