@@ -106,13 +106,13 @@ class Work {
   // this one among them, as soon as the engine is free. A rank whose
   // progress thread has no CPU of its own (bound to one CPU, or the host's
   // ranks with their progress threads outnumber the CPUs, as unbound ranks
-  // on a small host do) otherwise
-  // leaves a queued operation 100 us (up to a millisecond while its progress
-  // thread sleeps on its timer) to a caller that may Wait() for it and so
-  // run it on its own thread, which saves the two context switches of a
-  // hand-off. Call it when the result will be taken through Then() or
-  // polled with Done(); WaitFor() does it itself. Does nothing for an
-  // operation that is done or ran inline, or on other ranks.
+  // on a small host do) otherwise leaves a queued operation 100 us (up to a
+  // millisecond while its progress thread sleeps on its timer) to a caller
+  // that may Wait() for it and so run it on its own thread, which saves the
+  // two context switches of a hand-off. Call it when the result will be
+  // taken through Then() or polled with Done(); WaitFor() does it itself.
+  // Does nothing for an operation that is done or ran inline, or on other
+  // ranks.
   void Start() const;
 
   struct State;
