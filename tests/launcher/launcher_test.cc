@@ -794,7 +794,8 @@ TEST(PerfTest, MeasuresGatherAndScatterWithTheirWholeBuffer) {
   std::string op;
   std::istringstream lines(r.out);
   for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("[0] # gather", 0) == 0 || line.rfind("[0] # scatter", 0) == 0) op = line.substr(6);
+    // Tables start "# gather float32": the op, then the type.
+    if (line.rfind("[0] # gather", 0) == 0 || line.rfind("[0] # scatter", 0) == 0) op = Words(line)[2];
     std::istringstream f(line);
     std::string tag, spread, algorithm, check;
     uint64_t bytes = 0;
@@ -849,6 +850,84 @@ size_t Occurrences(const std::string& text, const std::string& needle) {
   size_t n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
   return n;
+}
+
+// --dtype and --reduce-op take lists and `all`, as --op does: a table per
+// op and type, and per reduce op for the ops that reduce; the pairs choir
+// does not reduce (bitwise ops on floats) are left out and named; --check
+// checks every row; --json gives each row its type and reduce op, and a
+// --baseline compares each row with the row of the same op, type, reduce
+// op and size.
+TEST(PerfTest, MeasuresEveryTypeAndReduceOpOfItsLists) {
+  const testing::TempDir dir("choir-perf-lists");
+  const std::string path = dir.path() + "/lists.json";
+  Outcome r = RunChoir({"perf", "-n", "2", "--op", "allreduce,allgather", "--dtype", "int8,float32", "--reduce-op",
+                        "all", "--max-bytes", "64", "--step-factor", "8", "--iters", "3", "--warmup", "1", "--check",
+                        "--json", path},
+                       {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("2 ranks, int8,float32 sum,prod,min,max,avg,band,bor,bxor, 2 sizes"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("# not measured, as choir does not reduce them: band with float32; bor with float32; bxor "
+                       "with float32\n"),
+            std::string::npos)
+      << r.out;
+  // The tables in order, and the element counts of their rows (8 and 64 bytes).
+  std::vector<std::string> tables;
+  std::map<std::string, std::vector<size_t>> counts;
+  for (const std::string& line : Lines(r.out)) {
+    const std::vector<std::string> w = Words(line);
+    if (w.size() >= 4 && w[0] == "[0]" && w[1] == "#" && (w[2] == "allreduce" || w[2] == "allgather")) {
+      tables.push_back(line.substr(6));
+    } else if (w.size() == 11 && w[0] == "[0]" && w[1] != "#" && !tables.empty()) {
+      EXPECT_EQ(w[10], "check=ok") << line;
+      counts[tables.back()].push_back(std::stoul(w[2]));
+    }
+  }
+  const std::vector<std::string> want_tables = {
+      "allreduce int8 sum",    "allreduce int8 prod",    "allreduce int8 min",    "allreduce int8 max",
+      "allreduce int8 avg",    "allreduce int8 band",    "allreduce int8 bor",    "allreduce int8 bxor",
+      "allreduce float32 sum", "allreduce float32 prod", "allreduce float32 min", "allreduce float32 max",
+      "allreduce float32 avg", "allgather int8",         "allgather float32"};
+  EXPECT_EQ(tables, want_tables) << r.out;
+  EXPECT_EQ(counts["allreduce int8 bxor"], (std::vector<size_t>{8, 64})) << r.out;
+  EXPECT_EQ(counts["allreduce float32 avg"], (std::vector<size_t>{2, 16})) << r.out;
+  EXPECT_EQ(counts["allgather int8"], (std::vector<size_t>{4, 32})) << r.out;
+  EXPECT_EQ(counts["allgather float32"], (std::vector<size_t>{1, 8})) << r.out;
+  EXPECT_EQ(Occurrences(r.out, "check=ok"), 30u) << r.out;
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // int8's two rows, and bxor with float32 in not_measured.
+  EXPECT_EQ(Occurrences(text, "\"reduce_op\": \"bxor\""), 3u) << text.substr(0, 3000);
+  EXPECT_EQ(Occurrences(text, "\"reduce_op\": \"\""), 4u) << text.substr(0, 3000);     // allgather's
+  EXPECT_EQ(Occurrences(text, "\"why\": \"reduce op b"), 3u) << text.substr(0, 3000);    // not_measured
+  // A run of one pair of the baseline's compares each row with it.
+  r = RunChoir({"perf", "-n", "2", "--op", "allreduce", "--dtype", "float32", "--reduce-op", "max", "--max-bytes",
+                "64", "--step-factor", "8", "--iters", "3", "--baseline", path},
+               {}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(Occurrences(r.out, "vs baseline"), 2u) << r.out;
+  EXPECT_EQ(r.out.find("have no row of the same op"), std::string::npos) << r.out;
+  // A type the baseline lacks: its rows have nothing to compare with.
+  r = RunChoir({"perf", "-n", "2", "--op", "allreduce", "--dtype", "float32,int32", "--max-bytes", "64",
+                "--step-factor", "8", "--iters", "3", "--baseline", path},
+               {}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(Occurrences(r.out, "vs baseline"), 2u) << r.out;
+  EXPECT_NE(r.out.find("# 2 of 4 rows have no row of the same op, type, reduce op and bytes in the baseline"),
+            std::string::npos)
+      << r.out;
+  // No type in common: refused.
+  r = RunChoir({"perf", "-n", "2", "--dtype", "int32", "--max-bytes", "64", "--iters", "3", "--baseline", path}, {},
+               30);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("measured int8,float32, this run measures int32 (--dtype)"), std::string::npos) << r.err;
+  // A bitwise op with a float type leaves a non-reducing op its tables.
+  r = RunChoir({"perf", "-n", "2", "--op", "allgather", "--dtype", "float32", "--reduce-op", "band", "--max-bytes",
+                "64", "--iters", "3"},
+               {}, 30);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("# allgather float32\n"), std::string::npos) << r.out;
 }
 
 // --buffer-offset starts the heap buffers that many bytes past a page (a
@@ -946,6 +1025,14 @@ TEST(PerfTest, RefusesBadFlagsOnceBeforeAnyRankStarts) {
        "--max-bytes to at least 8"},
       {{"--op", "allgather", "--dtype", "float64", "--min-bytes", "1", "--max-bytes", "8"},
        "raise --max-bytes to at least 16"},
+      {{"--dtype", "int8,,float32"}, "--dtype 'int8,,float32' has an empty entry; give names separated by commas, or all"},
+      {{"--dtype", "float32,half7"},
+       "--dtype: unknown data type 'half7'; expected one of int8, uint8, int32, int64, float16, bfloat16, float32, "
+       "float64 (or all, or a comma list of them)"},
+      {{"--reduce-op", "sum,median"}, "--reduce-op: unknown reduce op 'median'"},
+      {{"--dtype", "float32,bfloat16", "--reduce-op", "band,bxor"},
+       "--dtype float32,bfloat16 with --reduce-op band,bxor leaves allreduce nothing to measure: reduce op band is "
+       "bitwise and needs an integer type, got float32"},
       {{"--json", "/"}, "--json /: is a directory"},
       {{"--json", "/no/such/dir/perf.json"}, "directory /no/such/dir does not exist"},
       {{"--baseline", "/"}, "--baseline /: not a regular file"},

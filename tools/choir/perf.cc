@@ -1,7 +1,7 @@
 // `choir perf`: the bus-bandwidth benchmark (choir's nccl-tests / hccl_test).
 //
 //   choir perf [-n N] [--op allreduce|reduce_scatter|allgather|broadcast|reduce|alltoall|gather|scatter|all|LIST]
-//              [--dtype float32] [--reduce-op sum] [--min-bytes 8] [--max-bytes 256M]
+//              [--dtype float32|all|LIST] [--reduce-op sum|all|LIST] [--min-bytes 8] [--max-bytes 256M]
 //              [--step-factor 2] [--iters N | --time-per-size S] [--warmup N] [--repeat R]
 //              [--check] [--algo NAME] [--transport T] [--buffers heap|shared]
 //              [--buffer-offset B] [--in-place] [--root R] [--json FILE] [--baseline FILE]
@@ -17,6 +17,13 @@
 // allgather, alltoall, gather and scatter (n-1)/n with bytes = the whole
 // buffer (the root's, for gather and scatter); broadcast and reduce 1.
 // --root names the root of broadcast, reduce, gather and scatter.
+//
+// --dtype and --reduce-op take a comma list or `all`, as --op does
+// (nccl-tests' -d all -o all): every op runs with every type, and the ops
+// that reduce (allreduce, reduce_scatter, reduce) with every reduce op too;
+// a pair choir does not reduce (a bitwise op on a floating-point type) is
+// left out and named in the header and --json, and a list that leaves an op
+// nothing to measure is refused.
 //
 // --buffers shared takes the send and receive buffers from choir::SharedBuffer
 // (memory the ranks of a host read from each other directly); the default is
@@ -227,7 +234,20 @@ json SettingsInEffect() {
   return s;
 }
 
+// One table of the run: an op with one element type and, for the ops that
+// reduce, one reduce op (the others take the first of --reduce-op, unused).
+struct PerfCase {
+  std::string op;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp rop = ReduceOp::kSum;
+  bool reduces = false;
+  // The reduce op's name in the header, --json and the baseline's rows;
+  // "" for an op that does not reduce.
+  std::string RopName() const { return reduces ? ReduceOpName(rop) : ""; }
+};
+
 struct Sample {
+  PerfCase what;
   std::string op;
   uint64_t bytes = 0;
   size_t count = 0;
@@ -295,6 +315,35 @@ Status CheckJsonTarget(const std::string& path) {
   return Status(Code::kUsageError, "--json " + path + ": " + s.message() + "; give a file in a directory you can write");
 }
 
+// The entries of a list flag (`flag` given as `text`): `all` for every one
+// of `every`, or names separated by commas, each read by `parse`, in the
+// order given, without repeats. UsageError naming the flag and the entry.
+template <typename T, typename Parse>
+Result<std::vector<T>> ParseList(const char* flag, const std::string& text, const std::vector<T>& every,
+                                 Parse parse) {
+  std::vector<T> out;
+  for (const std::string& entry : strings::Split(text, ',')) {
+    const std::string name(strings::Trim(entry));
+    if (name.empty()) {
+      return Status(Code::kUsageError,
+                    fmt::format("{} '{}' has an empty entry; give names separated by commas, or all", flag, text));
+    }
+    std::vector<T> named = every;
+    if (name != "all") {
+      auto one = parse(name);
+      if (!one.ok()) {
+        return Status(Code::kUsageError, fmt::format("{}: {} (or all, or a comma list of them)", flag,
+                                                     one.status().message()));
+      }
+      named = {*one};
+    }
+    for (const T& v : named) {
+      if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+    }
+  }
+  return out;
+}
+
 class PerfCommand : public Subcommand {
  public:
   void Configure(CLI::App& app) override {
@@ -303,8 +352,9 @@ class PerfCommand : public Subcommand {
     app.add_option("--op", op_,
                    "allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, gather, scatter, all, "
                    "or a comma list");
-    app.add_option("--dtype", dtype_, "Element type (default float32)");
-    app.add_option("--reduce-op", reduce_op_, "Reduction (default sum)");
+    app.add_option("--dtype", dtype_, "Element type, all, or a comma list (default float32)");
+    app.add_option("--reduce-op", reduce_op_,
+                   "Reduction of allreduce, reduce_scatter and reduce, all, or a comma list (default sum)");
     app.add_option("--min-bytes", min_bytes_, "Smallest size (default 8; K/M/G suffixes)");
     app.add_option("--max-bytes", max_bytes_, "Largest size (default 256M)");
     app.add_option("--step-factor", step_factor_, "Size multiplier between rows (default 2)");
@@ -377,13 +427,13 @@ class PerfCommand : public Subcommand {
       int64_t x = c.rank();
       if (Status s = c.Allreduce(&x, &x, 1, DataType::kInt64, ReduceOp::kMin).Wait(); !s.ok()) return ReportError(s);
     }
-    const size_t es = DataTypeSize(dtype_value_);
     if (c.rank() == 0) {
       fmt::print("# choir perf: {} ranks, {} {}, {} sizes from {} to {}, {} buffers{}, {}, {} switch points, {}\n",
-                 c.size(), DataTypeName(dtype_value_), ReduceOpName(rop_value_), sizes_.size(),
+                 c.size(), fmt::join(DtypeNames(), ","), fmt::join(RopNames(), ","), sizes_.size(),
                  strings::FormatBytes(sizes_.front()), strings::FormatBytes(sizes_.back()), buffers_,
                  buffer_offset_ > 0 ? fmt::format(" {} bytes past a page", buffer_offset_) : "", Placement(in_place_),
                  SwitchPoints(), BuildString());
+      if (!not_measured_.empty()) fmt::print("{}\n", NotMeasuredNote());
       if (baseline_ && baseline_->buffers != buffers_) {
         fmt::print("# baseline {} used {} buffers, this run {}\n", baseline_->path, baseline_->buffers, buffers_);
       }
@@ -415,8 +465,10 @@ class PerfCommand : public Subcommand {
     }
     std::vector<Sample> samples;
     size_t unmatched = 0;  // rows without a baseline row
-    for (const std::string& op : ops_) {
-      if (c.rank() == 0) PrintHeader(op);
+    for (const PerfCase& k : cases_) {
+      const std::string& op = k.op;
+      const size_t es = DataTypeSize(k.dtype);
+      if (c.rank() == 0) PrintHeader(k);
       size_t last_count = 0;
       for (uint64_t bytes : sizes_) {
         const size_t count = CountFor(op, bytes, es, c.size());
@@ -424,41 +476,42 @@ class PerfCommand : public Subcommand {
         if (count == 0 || count == last_count) continue;
         last_count = count;
         Sample s;
+        s.what = k;
         s.op = op;
         s.count = count;
         s.bytes = static_cast<uint64_t>(count) * es * (WholeBuffer(op) ? static_cast<uint64_t>(c.size()) : 1);
         for (int r = 0; r < repeat_; ++r) {
-          Status st = Measure(c, op, dtype_value_, rop_value_, count, &s);
+          Status st = Measure(c, op, k.dtype, k.rop, count, &s);
           if (!st.ok()) return ReportError(st);
         }
         if (check_) {
           SweepOptions so;
           so.ops = {op};
-          so.dtypes = {dtype_value_};
+          so.dtypes = {k.dtype};
           so.counts = {count};
           // The placement measured, and only it (broadcast, timed in place
           // either way, is checked in place only with --in-place).
           so.in_place = in_place_;
           so.out_of_place = !in_place_;
           so.shared_buffers = buffers_ == "shared";
-          so.reduce_ops = {rop_value_};
+          so.reduce_ops = {k.rop};
           so.algorithm = algo_;
           so.root = root_;  // the root measured
           auto cases = RunSweep(c, so);
           if (!cases.ok()) return ReportError(cases.status());
           bool ok = !cases->empty();
-          for (const auto& k : *cases) ok = ok && k.ok;
+          for (const auto& one : *cases) ok = ok && one.ok;
           s.check = ok ? "ok" : "FAILED";
         }
         if (c.rank() == 0) {
           PrintRow(s);
-          if (baseline_ && baseline_->Find(s.op, s.bytes) == nullptr) ++unmatched;
+          if (baseline_ && FindInBaseline(s) == nullptr) ++unmatched;
         }
         samples.push_back(std::move(s));
       }
     }
     if (c.rank() == 0 && baseline_ && unmatched > 0) {
-      fmt::print("# {} of {} rows have no row of the same op and bytes in the baseline {}\n", unmatched,
+      fmt::print("# {} of {} rows have no row of the same op, type, reduce op and bytes in the baseline {}\n", unmatched,
                  samples.size(), baseline_->path);
     }
     if (c.rank() == 0 && !json_path_.empty()) {
@@ -516,20 +569,22 @@ class PerfCommand : public Subcommand {
     return opt != nullptr && !opt->results().empty() ? opt->results().back() : "(default)";
   }
 
-  // Parses and checks every flag into what the run uses (dtype_value_,
-  // rop_value_, ops_, sizes_, baseline_). `world`: the run's ranks, 0 or
+  // Parses and checks every flag into what the run uses (dtypes_, rops_,
+  // ops_, cases_, not_measured_, sizes_, baseline_). `world`: the run's ranks, 0 or
   // less while not known (the checks that need it run again once the
   // communicator exists).
   Status CheckFlags(int world) {
     auto usage = [](std::string what) { return Status(Code::kUsageError, std::move(what)); };
-    auto dtype = ParseDataType(dtype_);
-    if (!dtype.ok()) return usage(dtype.status().message());
-    auto rop = ParseReduceOp(reduce_op_);
-    if (!rop.ok()) return usage(rop.status().message());
-    if (Status st = CheckReduceSupported(*dtype, *rop); !st.ok()) return usage(st.message());
-    dtype_value_ = *dtype;
-    rop_value_ = *rop;
-    const size_t es = DataTypeSize(dtype_value_);
+    std::vector<DataType> every_dtype;
+    for (int i = 0; i < kNumDataTypes; ++i) every_dtype.push_back(static_cast<DataType>(i));
+    std::vector<ReduceOp> every_rop;
+    for (int i = 0; i < kNumReduceOps; ++i) every_rop.push_back(static_cast<ReduceOp>(i));
+    auto dtypes = ParseList("--dtype", dtype_, every_dtype, [](std::string_view name) { return ParseDataType(name); });
+    if (!dtypes.ok()) return dtypes.status();
+    auto rops = ParseList("--reduce-op", reduce_op_, every_rop, [](std::string_view name) { return ParseReduceOp(name); });
+    if (!rops.ok()) return rops.status();
+    dtypes_ = std::move(*dtypes);
+    rops_ = std::move(*rops);
 
     ops_.clear();
     for (const std::string& entry : strings::Split(op_, ',')) {
@@ -542,6 +597,30 @@ class PerfCommand : public Subcommand {
                                    fmt::join(kPerfOps, ", ")));
         }
         if (std::find(ops_.begin(), ops_.end(), op) == ops_.end()) ops_.push_back(op);
+      }
+    }
+    cases_.clear();
+    not_measured_.clear();
+    for (const std::string& op : ops_) {
+      const bool reduces = PerfOpReduces(op);
+      Status refused;  // the first pair choir does not reduce, for an op left with none
+      size_t measured = 0;
+      for (DataType t : dtypes_) {
+        for (ReduceOp r : reduces ? rops_ : std::vector<ReduceOp>{rops_.front()}) {
+          if (Status st = reduces ? CheckReduceSupported(t, r) : Status::Ok(); !st.ok()) {
+            if (refused.ok()) refused = st;
+            if (std::find(not_measured_.begin(), not_measured_.end(), std::make_pair(t, r)) == not_measured_.end()) {
+              not_measured_.emplace_back(t, r);
+            }
+            continue;
+          }
+          cases_.push_back(PerfCase{op, t, r, reduces});
+          ++measured;
+        }
+      }
+      if (measured == 0) {
+        return usage(fmt::format("--dtype {} with --reduce-op {} leaves {} nothing to measure: {}", dtype_,
+                                 reduce_op_, op, refused.message()));
       }
     }
     if (!algo_.empty()) {
@@ -614,13 +693,16 @@ class PerfCommand : public Subcommand {
     if (world <= 0) return Status::Ok();
     world_ = world;
     for (const std::string& op : ops_) {
-      bool any = false;
-      for (uint64_t bytes : sizes_) any = any || CountFor(op, bytes, es, world) > 0;
-      if (!any) {
-        const uint64_t least = es * (WholeBuffer(op) ? static_cast<uint64_t>(world) : 1);
-        return usage(fmt::format("no size up to --max-bytes {} holds one {} element per rank for {} with {} ranks; "
-                                 "raise --max-bytes to at least {}",
-                                 max_bytes_, DataTypeName(dtype_value_), op, world, least));
+      for (DataType t : dtypes_) {
+        const size_t es = DataTypeSize(t);
+        bool any = false;
+        for (uint64_t bytes : sizes_) any = any || CountFor(op, bytes, es, world) > 0;
+        if (!any) {
+          const uint64_t least = es * (WholeBuffer(op) ? static_cast<uint64_t>(world) : 1);
+          return usage(fmt::format("no size up to --max-bytes {} holds one {} element per rank for {} with {} "
+                                   "ranks; raise --max-bytes to at least {}",
+                                   max_bytes_, DataTypeName(t), op, world, least));
+        }
       }
     }
     return Status::Ok();
@@ -632,7 +714,7 @@ class PerfCommand : public Subcommand {
   Status CheckFiles() {
     if (!json_path_.empty()) CHOIR_RETURN_IF_ERROR(CheckJsonTarget(json_path_));
     if (!baseline_path_.empty()) {
-      auto b = LoadBaseline(baseline_path_, world_, DataTypeName(dtype_value_), ReduceOpName(rop_value_));
+      auto b = LoadBaseline(baseline_path_, world_, DtypeNames(), RopNames());
       if (!b.ok()) return b.status();
       baseline_ = std::move(*b);
     }
@@ -642,12 +724,12 @@ class PerfCommand : public Subcommand {
   // OutOfMemory when the buffers of the largest size, for `local` ranks on
   // this host, exceed its available memory. After CheckFlags(world, ...).
   Status CheckMemory(int world, int local) const {
-    const size_t es = DataTypeSize(dtype_value_);
     uint64_t most = 0;  // bytes of send and receive buffers one rank needs at the largest size
-    for (const std::string& op : ops_) {
-      const size_t count = CountFor(op, sizes_.back(), es, world);
-      most = std::max<uint64_t>(most,
-                                (SendElems(op, count, world, in_place_) + RecvElems(op, count, world, in_place_)) * es);
+    for (const PerfCase& k : cases_) {
+      const size_t es = DataTypeSize(k.dtype);
+      const size_t count = CountFor(k.op, sizes_.back(), es, world);
+      most = std::max<uint64_t>(
+          most, (SendElems(k.op, count, world, in_place_) + RecvElems(k.op, count, world, in_place_)) * es);
     }
     // --check keeps reference copies as large as the buffers.
     const uint64_t per_rank = check_ ? 2 * most : most;
@@ -766,9 +848,40 @@ class PerfCommand : public Subcommand {
     return Status::Ok();
   }
 
-  void PrintHeader(const std::string& op) const {
-    fmt::print("#\n# {}\n# {:>12} {:>12} {:>11} {:>11} {:>11} {:>9} {:>9} {:>8}  {:<20} {}\n", op, "bytes",
-               "count", "mean(us)", "p50(us)", "p99(us)", "algbw", "busbw", "spread", "algorithm", "check");
+  // "# allreduce float32 sum", "# allgather float32", then the columns.
+  void PrintHeader(const PerfCase& k) const {
+    fmt::print("#\n# {} {}{}\n# {:>12} {:>12} {:>11} {:>11} {:>11} {:>9} {:>9} {:>8}  {:<20} {}\n", k.op,
+               DataTypeName(k.dtype), k.reduces ? " " + k.RopName() : "", "bytes", "count", "mean(us)", "p50(us)",
+               "p99(us)", "algbw", "busbw", "spread", "algorithm", "check");
+  }
+
+  const BaselineRow* FindInBaseline(const Sample& s) const {
+    return baseline_->Find(s.op, DataTypeName(s.what.dtype), s.what.RopName(), s.bytes);
+  }
+
+  std::vector<std::string> DtypeNames() const {
+    std::vector<std::string> names;
+    for (DataType t : dtypes_) names.emplace_back(DataTypeName(t));
+    return names;
+  }
+  std::vector<std::string> RopNames() const {
+    std::vector<std::string> names;
+    for (ReduceOp r : rops_) names.emplace_back(ReduceOpName(r));
+    return names;
+  }
+
+  // The header's line on the pairs left out: "band with float16,float32;
+  // bor with float16,float32", a reduce op at a time.
+  std::string NotMeasuredNote() const {
+    std::vector<std::string> parts;
+    for (ReduceOp r : rops_) {
+      std::vector<std::string> types;
+      for (const auto& [t, op] : not_measured_) {
+        if (op == r) types.emplace_back(DataTypeName(t));
+      }
+      if (!types.empty()) parts.push_back(fmt::format("{} with {}", ReduceOpName(r), fmt::join(types, ",")));
+    }
+    return fmt::format("# not measured, as choir does not reduce them: {}", fmt::join(parts, "; "));
   }
 
   void PrintRow(const Sample& s) const {
@@ -777,7 +890,7 @@ class PerfCommand : public Subcommand {
                                    s.bytes, s.count, Median(s.mean_us), Median(s.p50_us), Median(s.p99_us),
                                    Median(s.algbw), busbw, Spread(s.busbw) * 100, s.algorithm,
                                    s.check.empty() ? "-" : "check=" + s.check);
-    if (const BaselineRow* b = baseline_ ? baseline_->Find(s.op, s.bytes) : nullptr) {
+    if (const BaselineRow* b = baseline_ ? FindInBaseline(s) : nullptr) {
       const double base = b->busbw_median;
       const double change = base > 0 ? busbw / base - 1 : 0;
       if (!NoiseMeasured()) {
@@ -817,22 +930,26 @@ class PerfCommand : public Subcommand {
   }
 
   Status WriteJson(const Communicator& c, const std::vector<Sample>& samples) const {
-    const DataType t = dtype_value_;
-    const ReduceOp rop = rop_value_;
     json results = json::array();
     for (const Sample& s : samples) {
-      results.push_back({{"op", s.op}, {"bytes", s.bytes}, {"count", s.count}, {"dtype", DataTypeName(t)},
-                         {"reduce_op", ReduceOpName(rop)}, {"iters", s.iters}, {"mean_us", s.mean_us},
+      results.push_back({{"op", s.op}, {"bytes", s.bytes}, {"count", s.count}, {"dtype", DataTypeName(s.what.dtype)},
+                         {"reduce_op", s.what.RopName()}, {"iters", s.iters}, {"mean_us", s.mean_us},
                          {"p50_us", s.p50_us}, {"p99_us", s.p99_us}, {"algbw_gbps", s.algbw},
                          {"busbw_gbps", s.busbw}, {"busbw_median", Median(s.busbw)},
                          {"busbw_spread", Spread(s.busbw)}, {"algorithm", s.algorithm}, {"routes", s.routes},
                          {"check", s.check}});
     }
+    json not_measured = json::array();
+    for (const auto& [t, r] : not_measured_) {
+      not_measured.push_back({{"dtype", DataTypeName(t)}, {"reduce_op", ReduceOpName(r)},
+                              {"why", CheckReduceSupported(t, r).message()}});
+    }
     const json doc = {{"tool", "choir perf"}, {"ranks", c.size()}, {"machine", MachineDescription(c)},
                       {"settings", SettingsInEffect()}, {"repeat", repeat_},
                       {"buffers", buffers_}, {"buffer_offset", buffer_offset_}, {"in_place", in_place_},
                       {"root", root_},
-                      {"launch_warmup_calls", kLaunchWarmupCalls}, {"results", results}};
+                      {"launch_warmup_calls", kLaunchWarmupCalls}, {"not_measured", not_measured},
+                      {"results", results}};
     // Text that is not UTF-8 (a hostname, a setting) is replaced, not thrown on.
     const std::string text = JsonDump(doc, 2) + "\n";
     return files::ReplaceFile(json_path_, text);
@@ -854,9 +971,11 @@ class PerfCommand : public Subcommand {
   int64_t buffer_offset_ = 0;
   bool in_place_ = false;
   // What CheckFlags made of the flags.
-  DataType dtype_value_ = DataType::kFloat32;
-  ReduceOp rop_value_ = ReduceOp::kSum;
+  std::vector<DataType> dtypes_;
+  std::vector<ReduceOp> rops_;
   std::vector<std::string> ops_;
+  std::vector<PerfCase> cases_;  // the tables, in the order they run: op, then type, then reduce op
+  std::vector<std::pair<DataType, ReduceOp>> not_measured_;  // pairs choir does not reduce, left out
   std::vector<uint64_t> sizes_;
   std::optional<Baseline> baseline_;
   int world_ = 0;  // ranks of the run, once known

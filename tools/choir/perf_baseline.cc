@@ -1,6 +1,7 @@
 #include "perf_baseline.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -52,15 +53,22 @@ std::string StringField(const json& r, const char* field) {
 
 }  // namespace
 
-const BaselineRow* Baseline::Find(const std::string& op, uint64_t bytes) const {
+bool PerfOpReduces(const std::string& op) { return op == "allreduce" || op == "reduce_scatter" || op == "reduce"; }
+
+const BaselineRow* Baseline::Find(const std::string& op, const std::string& dtype, const std::string& reduce_op,
+                                  uint64_t bytes) const {
+  const bool reduces = PerfOpReduces(op);
   for (const BaselineRow& r : rows) {
-    if (r.op == op && r.bytes == bytes) return &r;
+    if (r.op != op || r.bytes != bytes) continue;
+    if (!r.dtype.empty() && r.dtype != dtype) continue;
+    if (reduces && !r.reduce_op.empty() && r.reduce_op != reduce_op) continue;
+    return &r;
   }
   return nullptr;
 }
 
-Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::string& dtype,
-                              const std::string& reduce_op) {
+Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::vector<std::string>& dtypes,
+                              const std::vector<std::string>& reduce_ops) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) {
     return Refuse(path, std::strerror(errno));
@@ -108,17 +116,32 @@ Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::str
     return Refuse(path, fmt::format("measured with {} ranks, this run has {}", b.ranks, ranks));
   }
   const json& results = doc["results"];
+  // The baseline's types, and reduce ops of its reductions, in file order.
+  std::vector<std::string> row_dtypes, row_rops;
+  auto note = [](std::vector<std::string>& seen, const std::string& name) {
+    if (!name.empty() && std::find(seen.begin(), seen.end(), name) == seen.end()) seen.push_back(name);
+  };
+  auto any_of = [](const std::vector<std::string>& seen, const std::vector<std::string>& wanted) {
+    return std::any_of(seen.begin(), seen.end(), [&](const std::string& name) {
+      return std::find(wanted.begin(), wanted.end(), name) != wanted.end();
+    });
+  };
   for (size_t i = 0; i < results.size(); ++i) {
     CHOIR_ASSIGN_OR_RETURN(BaselineRow row, ReadRow(path, results[i], i));
     const json& r = results[i];
-    const std::string row_dtype = StringField(r, "dtype"), row_rop = StringField(r, "reduce_op");
-    if (!row_dtype.empty() && row_dtype != dtype) {
-      return Refuse(path, fmt::format("measured {}, this run measures {} (--dtype)", row_dtype, dtype));
-    }
-    if (!row_rop.empty() && row_rop != reduce_op) {
-      return Refuse(path, fmt::format("measured reduce-op {}, this run {} (--reduce-op)", row_rop, reduce_op));
-    }
+    row.dtype = StringField(r, "dtype");
+    row.reduce_op = PerfOpReduces(row.op) ? StringField(r, "reduce_op") : "";
+    note(row_dtypes, row.dtype);
+    note(row_rops, row.reduce_op);
     b.rows.push_back(std::move(row));
+  }
+  if (!row_dtypes.empty() && !any_of(row_dtypes, dtypes)) {
+    return Refuse(path, fmt::format("measured {}, this run measures {} (--dtype)", fmt::join(row_dtypes, ","),
+                                    fmt::join(dtypes, ",")));
+  }
+  if (!row_rops.empty() && !any_of(row_rops, reduce_ops)) {
+    return Refuse(path, fmt::format("measured reduce-op {}, this run {} (--reduce-op)", fmt::join(row_rops, ","),
+                                    fmt::join(reduce_ops, ",")));
   }
   return b;
 }

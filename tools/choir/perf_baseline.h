@@ -3,9 +3,12 @@
 //
 // A baseline is refused, with a numbered usage error that names the file and
 // what is wrong, when it is not a `choir perf --json` document, when a row
-// lacks a field the comparison reads, or when it was measured with another
-// number of ranks, element type or reduction: such a comparison would report
-// differences that are not changes of speed.
+// lacks a field the comparison reads, when it was measured with another
+// number of ranks, or when none of its rows has an element type (or, among
+// its reductions, a reduce op) the run measures: such a comparison would
+// report differences that are not changes of speed. A run of several types
+// or reduce ops (--dtype and --reduce-op lists) compares each row with the
+// baseline row of the same op, type, reduce op and size.
 //
 // Thread-safety: none needed (the CLI's main thread).
 #ifndef CHOIR_TOOLS_CHOIR_PERF_BASELINE_H_
@@ -27,6 +30,8 @@ inline constexpr int kMinRepeatsForVerdict = 3;
 
 struct BaselineRow {
   std::string op;
+  std::string dtype;      // "" when the file does not say (matches any)
+  std::string reduce_op;  // "" for ops that do not reduce, or when the file does not say
   uint64_t bytes = 0;
   double busbw_median = 0;  // GB/s
   double busbw_spread = 0;  // (max - min) / median of the run's repeats; 0 for one repeat
@@ -43,15 +48,20 @@ struct Baseline {
   int repeat = 0;       // times each size was measured (--repeat); 0 when the file does not say
   std::vector<BaselineRow> rows;
 
-  // The row measured for `op` at `bytes`, or nullptr.
-  const BaselineRow* Find(const std::string& op, uint64_t bytes) const;
+  // The row measured for `op` with `dtype` and `reduce_op` (ignored for
+  // ops that do not reduce) at `bytes`, or nullptr.
+  const BaselineRow* Find(const std::string& op, const std::string& dtype, const std::string& reduce_op,
+                          uint64_t bytes) const;
 };
 
+// Whether `op` (a `choir perf --op` name) combines its inputs with a reduce op.
+bool PerfOpReduces(const std::string& op);
+
 // Reads and checks `path`. The run it will be compared with has `ranks`
-// ranks (0: not known yet) and measures `dtype` with `reduce_op` (names as
-// in the --json file).
-Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::string& dtype,
-                              const std::string& reduce_op);
+// ranks (0: not known yet) and measures `dtypes` with `reduce_ops` (names
+// as in the --json file).
+Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::vector<std::string>& dtypes,
+                              const std::vector<std::string>& reduce_ops);
 
 }  // namespace choir::cli
 
