@@ -25,6 +25,7 @@
 #endif
 #include <immintrin.h>
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

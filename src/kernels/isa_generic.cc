@@ -1,9 +1,10 @@
 // Portable kernels: plain C++ loops for any CPU. They are also the fallback for
-// table slots a SIMD file leaves empty (integer division). The compiler
+// table slots a SIMD file leaves empty. The compiler
 // vectorizes most of them for the baseline ISA (SSE2 on x86-64).
 //
 // Thread-safety: pure functions and a constant table.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +20,8 @@
 
 namespace choir::kernels {
 namespace {
+
+#include "kernels/divide_by_count.inc"
 
 // How a stored element maps to the type arithmetic happens in.
 template <class Elem>
@@ -144,12 +147,15 @@ template <class C>
 void Divide(void* data, size_t count, int n) {
   using T = typename C::T;
   using Acc = typename C::Acc;
-  auto* p = static_cast<T*>(data);
   if constexpr (std::is_integral_v<Acc>) {
-    // In int64 so that n does not wrap in the element type (int8 with 200
-    // ranks); C division truncates toward zero, which is the documented avg.
-    for (size_t i = 0; i < count; ++i) p[i] = static_cast<T>(static_cast<int64_t>(p[i]) / n);
+    DivideIntegers<T>(data, count, n);
   } else {
+    auto* p = static_cast<T*>(data);
+    if (DividesByMultiplying(n)) {
+      const Acc inverse = Acc{1} / static_cast<Acc>(n);
+      for (size_t i = 0; i < count; ++i) p[i] = C::Encode(C::Decode(p[i]) * inverse);
+      return;
+    }
     const auto divisor = static_cast<Acc>(n);
     for (size_t i = 0; i < count; ++i) p[i] = C::Encode(C::Decode(p[i]) / divisor);
   }

@@ -738,6 +738,62 @@ TEST_F(KernelsTest, DivideTruncatesTowardZero) {
             (std::vector<int32_t>{-3, 3, 0, 0, -4, std::numeric_limits<int32_t>::min() / 2}));
 }
 
+// Integer averages divide through float, double or a multiply-high
+// (divide_by_count.inc): C's `x / n` for every 8-bit value, and for 32- and
+// 64-bit values at the edges of the type, next to multiples of n (where a
+// rounded quotient would cross a whole number) and near 2^24, 2^53 and
+// 2^63, with divisors up to INT_MAX, on every ISA.
+template <class T>
+void CheckIntegerDivision(DataType type, const std::vector<int>& divisors, std::mt19937_64& rng) {
+  constexpr auto kMin = std::numeric_limits<T>::min(), kMax = std::numeric_limits<T>::max();
+  for (int n : divisors) {
+    std::vector<T> x;
+    if constexpr (sizeof(T) == 1) {
+      for (int v = kMin; v <= kMax; ++v) x.push_back(static_cast<T>(v));
+    } else {
+      for (T v : {kMin, static_cast<T>(kMin + 1), T{-1}, T{0}, T{1}, static_cast<T>(kMax - 1), kMax}) x.push_back(v);
+      std::vector<__int128> anchors = {int64_t{1} << 24, int64_t{1} << 31};
+      if constexpr (sizeof(T) == 8) anchors.insert(anchors.end(), {__int128{1} << 53, __int128{1} << 62});
+      for (int i = 0; i < 200; ++i) anchors.push_back(static_cast<__int128>(static_cast<T>(rng())));
+      for (__int128 a : anchors) {
+        // The multiples of n nearest a and -a, and their neighbours.
+        for (__int128 base : {a - a % n, -a + a % n}) {
+          for (int d = -1; d <= 1; ++d) {
+            const __int128 v = base + d;
+            if (v >= kMin && v <= kMax) x.push_back(static_cast<T>(v));
+          }
+        }
+      }
+    }
+    std::vector<T> got = x;
+    DivideByCount(got.data(), got.size(), type, n);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const auto want = static_cast<T>(static_cast<long long>(x[i]) / n);
+      if (got[i] != want) {
+        FAIL() << DataTypeName(type) << " " << static_cast<long long>(x[i]) << " / " << n << " gave "
+               << static_cast<long long>(got[i]) << ", want " << static_cast<long long>(want);
+      }
+    }
+  }
+}
+
+TEST_F(KernelsTest, IntegerAveragesDivideExactlyForEveryDivisor) {
+  const std::vector<int> divisors = {1,     2,      3,           5,         7,           10,
+                                     127,   128,    129,         255,       256,         257,
+                                     1000,  65535,  65537,       (1 << 24) - 1, 1 << 24, (1 << 24) + 1,
+                                     1 << 30, 1234567891, std::numeric_limits<int>::max()};
+  std::mt19937_64 rng(11);
+  for (const char* isa : AvailableIsas()) {
+    ASSERT_TRUE(ForceIsa(isa));
+    SCOPED_TRACE(std::string("isa ") + isa);
+    CheckIntegerDivision<int8_t>(DataType::kInt8, divisors, rng);
+    CheckIntegerDivision<uint8_t>(DataType::kUint8, divisors, rng);
+    CheckIntegerDivision<int32_t>(DataType::kInt32, divisors, rng);
+    CheckIntegerDivision<int64_t>(DataType::kInt64, divisors, rng);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // CopyBytes.
 
