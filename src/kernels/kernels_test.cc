@@ -717,7 +717,9 @@ TEST_F(KernelsTest, DivideByCountEveryType) {
     SCOPED_TRACE(std::string("isa ") + isa);
     for (DataType type : kAllTypes) {
       SCOPED_TRACE(DataTypeName(type));
-      for (int n : {1, 2, 3, 7, 8, 200}) {
+      // Powers of two multiply (floats) or shift (integers): 256 and 2^30
+      // take float16 and bfloat16 results below their smallest normal.
+      for (int n : {1, 2, 3, 7, 8, 200, 256, 1 << 30}) {
         for (size_t count : {0, 1, 17, 33, 1000}) {
           // Offset 0 starts on a 64-byte boundary; the others take a head
           // before the first whole vector.

@@ -930,6 +930,67 @@ TEST(PerfTest, MeasuresEveryTypeAndReduceOpOfItsLists) {
   EXPECT_NE(r.out.find("# allgather float32\n"), std::string::npos) << r.out;
 }
 
+// Type and reduce-op names take choir's aliases in any case, and `all`
+// likewise; a name given twice counts once. A baseline written before the
+// lists (its allgather rows carry the run's reduce op) still compares with
+// a run that does not reduce, and a row without a type is refused when a
+// run measures several.
+TEST(PerfTest, ReadsTypeAndReduceOpNamesAndOlderBaselines) {
+  auto tables = [](const std::string& out) {
+    std::vector<std::string> found;
+    for (const std::string& line : Lines(out)) {
+      const std::vector<std::string> w = Words(line);
+      if (w.size() >= 4 && w[0] == "[0]" && w[1] == "#" && w[2] != "bytes" && w[2] != "choir") {
+        found.push_back(line.substr(6));
+      }
+    }
+    return found;
+  };
+  Outcome r = RunChoir({"perf", "-n", "2", "--op", "reduce_scatter", "--dtype", "f32,FLOAT32", "--reduce-op",
+                        "MIN,max,min", "--max-bytes", "64", "--step-factor", "8", "--iters", "3", "--check"},
+                       {}, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(tables(r.out), (std::vector<std::string>{"reduce_scatter float32 min", "reduce_scatter float32 max"}))
+      << r.out;
+  r = RunChoir({"perf", "-n", "2", "--op", "broadcast", "--dtype", "ALL", "--max-bytes", "64", "--step-factor", "8",
+                "--iters", "3", "--check"},
+               {}, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(tables(r.out),
+            (std::vector<std::string>{"broadcast int8", "broadcast uint8", "broadcast int32", "broadcast int64",
+                                      "broadcast float16", "broadcast bfloat16", "broadcast float32",
+                                      "broadcast float64"}))
+      << r.out;
+  EXPECT_EQ(r.out.find("# not measured"), std::string::npos) << r.out;
+  const testing::TempDir dir("choir-perf-older");
+  const std::string older = dir.path() + "/older.json";
+  std::ofstream(older) << "{\"ranks\": 2, \"results\": [{\"op\": \"allreduce\", \"bytes\": 64, \"dtype\": "
+                          "\"float32\", \"reduce_op\": \"max\", \"busbw_median\": 1}, {\"op\": \"allgather\", "
+                          "\"bytes\": 64, \"dtype\": \"float32\", \"reduce_op\": \"max\", \"busbw_median\": 1}]}";
+  r = RunChoir({"perf", "-n", "2", "--op", "allgather", "--min-bytes", "64", "--max-bytes", "64", "--iters", "3",
+                "--baseline", older},
+               {}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(Occurrences(r.out, "vs baseline 1.000"), 1u) << r.out;
+  const std::string untyped = dir.path() + "/untyped.json";
+  std::ofstream(untyped) << "{\"ranks\": 2, \"results\": [{\"op\": \"allgather\", \"bytes\": 64, "
+                            "\"busbw_median\": 1}]}";
+  r = RunChoir({"perf", "-n", "2", "--op", "allgather", "--dtype", "float32,int8", "--max-bytes", "64", "--iters",
+                "3", "--baseline", untyped},
+               {}, 30);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--baseline " + untyped + ": results[0] has no dtype, and this run measures several "
+                       "(--dtype float32,int8)"),
+            std::string::npos)
+      << r.err;
+  // One type: the untyped row is compared with it.
+  r = RunChoir({"perf", "-n", "2", "--op", "allgather", "--min-bytes", "64", "--max-bytes", "64", "--iters", "3",
+                "--baseline", untyped},
+               {}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(Occurrences(r.out, "vs baseline 1.000"), 1u) << r.out;
+}
+
 // --buffer-offset starts the heap buffers that many bytes past a page (a
 // plain malloc's large blocks start 16 bytes past one): every collective
 // still checks out at sizes that take the slots, cma and the pipe; the

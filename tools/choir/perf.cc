@@ -248,7 +248,6 @@ struct PerfCase {
 
 struct Sample {
   PerfCase what;
-  std::string op;
   uint64_t bytes = 0;
   size_t count = 0;
   int iters = 0;
@@ -329,7 +328,7 @@ Result<std::vector<T>> ParseList(const char* flag, const std::string& text, cons
                     fmt::format("{} '{}' has an empty entry; give names separated by commas, or all", flag, text));
     }
     std::vector<T> named = every;
-    if (name != "all") {
+    if (strings::ToLower(name) != "all") {
       auto one = parse(name);
       if (!one.ok()) {
         return Status(Code::kUsageError, fmt::format("{}: {} (or all, or a comma list of them)", flag,
@@ -477,7 +476,6 @@ class PerfCommand : public Subcommand {
         last_count = count;
         Sample s;
         s.what = k;
-        s.op = op;
         s.count = count;
         s.bytes = static_cast<uint64_t>(count) * es * (WholeBuffer(op) ? static_cast<uint64_t>(c.size()) : 1);
         for (int r = 0; r < repeat_; ++r) {
@@ -692,17 +690,15 @@ class PerfCommand : public Subcommand {
     }
     if (world <= 0) return Status::Ok();
     world_ = world;
-    for (const std::string& op : ops_) {
-      for (DataType t : dtypes_) {
-        const size_t es = DataTypeSize(t);
-        bool any = false;
-        for (uint64_t bytes : sizes_) any = any || CountFor(op, bytes, es, world) > 0;
-        if (!any) {
-          const uint64_t least = es * (WholeBuffer(op) ? static_cast<uint64_t>(world) : 1);
-          return usage(fmt::format("no size up to --max-bytes {} holds one {} element per rank for {} with {} "
-                                   "ranks; raise --max-bytes to at least {}",
-                                   max_bytes_, DataTypeName(t), op, world, least));
-        }
+    for (const PerfCase& k : cases_) {
+      const size_t es = DataTypeSize(k.dtype);
+      bool any = false;
+      for (uint64_t bytes : sizes_) any = any || CountFor(k.op, bytes, es, world) > 0;
+      if (!any) {
+        const uint64_t least = es * (WholeBuffer(k.op) ? static_cast<uint64_t>(world) : 1);
+        return usage(fmt::format("no size up to --max-bytes {} holds one {} element per rank for {} with {} ranks; "
+                                 "raise --max-bytes to at least {}",
+                                 max_bytes_, DataTypeName(k.dtype), k.op, world, least));
       }
     }
     return Status::Ok();
@@ -714,7 +710,7 @@ class PerfCommand : public Subcommand {
   Status CheckFiles() {
     if (!json_path_.empty()) CHOIR_RETURN_IF_ERROR(CheckJsonTarget(json_path_));
     if (!baseline_path_.empty()) {
-      auto b = LoadBaseline(baseline_path_, world_, DtypeNames(), RopNames());
+      auto b = LoadBaseline(baseline_path_, PerfRunShape{world_, ops_, DtypeNames(), RopNames()});
       if (!b.ok()) return b.status();
       baseline_ = std::move(*b);
     }
@@ -856,7 +852,7 @@ class PerfCommand : public Subcommand {
   }
 
   const BaselineRow* FindInBaseline(const Sample& s) const {
-    return baseline_->Find(s.op, DataTypeName(s.what.dtype), s.what.RopName(), s.bytes);
+    return baseline_->Find(s.what.op, DataTypeName(s.what.dtype), s.what.RopName(), s.bytes);
   }
 
   std::vector<std::string> DtypeNames() const {
@@ -932,7 +928,7 @@ class PerfCommand : public Subcommand {
   Status WriteJson(const Communicator& c, const std::vector<Sample>& samples) const {
     json results = json::array();
     for (const Sample& s : samples) {
-      results.push_back({{"op", s.op}, {"bytes", s.bytes}, {"count", s.count}, {"dtype", DataTypeName(s.what.dtype)},
+      results.push_back({{"op", s.what.op}, {"bytes", s.bytes}, {"count", s.count}, {"dtype", DataTypeName(s.what.dtype)},
                          {"reduce_op", s.what.RopName()}, {"iters", s.iters}, {"mean_us", s.mean_us},
                          {"p50_us", s.p50_us}, {"p99_us", s.p99_us}, {"algbw_gbps", s.algbw},
                          {"busbw_gbps", s.busbw}, {"busbw_median", Median(s.busbw)},

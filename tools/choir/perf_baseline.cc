@@ -67,8 +67,8 @@ const BaselineRow* Baseline::Find(const std::string& op, const std::string& dtyp
   return nullptr;
 }
 
-Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::vector<std::string>& dtypes,
-                              const std::vector<std::string>& reduce_ops) {
+Result<Baseline> LoadBaseline(const std::string& path, const PerfRunShape& run) {
+  const int ranks = run.ranks;
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) {
     return Refuse(path, std::strerror(errno));
@@ -116,7 +116,8 @@ Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::vec
     return Refuse(path, fmt::format("measured with {} ranks, this run has {}", b.ranks, ranks));
   }
   const json& results = doc["results"];
-  // The baseline's types, and reduce ops of its reductions, in file order.
+  // The types of the baseline's rows of the run's ops, and the reduce ops
+  // of those that reduce, in file order.
   std::vector<std::string> row_dtypes, row_rops;
   auto note = [](std::vector<std::string>& seen, const std::string& name) {
     if (!name.empty() && std::find(seen.begin(), seen.end(), name) == seen.end()) seen.push_back(name);
@@ -129,19 +130,32 @@ Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::vec
   for (size_t i = 0; i < results.size(); ++i) {
     CHOIR_ASSIGN_OR_RETURN(BaselineRow row, ReadRow(path, results[i], i));
     const json& r = results[i];
+    const bool reduces = PerfOpReduces(row.op);
     row.dtype = StringField(r, "dtype");
-    row.reduce_op = PerfOpReduces(row.op) ? StringField(r, "reduce_op") : "";
-    note(row_dtypes, row.dtype);
-    note(row_rops, row.reduce_op);
+    row.reduce_op = reduces ? StringField(r, "reduce_op") : "";
+    if (std::find(run.ops.begin(), run.ops.end(), row.op) != run.ops.end()) {
+      // A row that does not say would be compared with every table of the run.
+      if (row.dtype.empty() && run.dtypes.size() > 1) {
+        return Refuse(path, fmt::format("results[{}] has no dtype, and this run measures several (--dtype {})", i,
+                                        fmt::join(run.dtypes, ",")));
+      }
+      if (reduces && row.reduce_op.empty() && run.reduce_ops.size() > 1) {
+        return Refuse(path, fmt::format("results[{}] has no reduce_op, and this run measures several "
+                                        "(--reduce-op {})",
+                                        i, fmt::join(run.reduce_ops, ",")));
+      }
+      note(row_dtypes, row.dtype);
+      note(row_rops, row.reduce_op);
+    }
     b.rows.push_back(std::move(row));
   }
-  if (!row_dtypes.empty() && !any_of(row_dtypes, dtypes)) {
+  if (!row_dtypes.empty() && !any_of(row_dtypes, run.dtypes)) {
     return Refuse(path, fmt::format("measured {}, this run measures {} (--dtype)", fmt::join(row_dtypes, ","),
-                                    fmt::join(dtypes, ",")));
+                                    fmt::join(run.dtypes, ",")));
   }
-  if (!row_rops.empty() && !any_of(row_rops, reduce_ops)) {
+  if (!row_rops.empty() && !any_of(row_rops, run.reduce_ops)) {
     return Refuse(path, fmt::format("measured reduce-op {}, this run {} (--reduce-op)", fmt::join(row_rops, ","),
-                                    fmt::join(reduce_ops, ",")));
+                                    fmt::join(run.reduce_ops, ",")));
   }
   return b;
 }

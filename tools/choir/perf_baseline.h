@@ -4,9 +4,10 @@
 // A baseline is refused, with a numbered usage error that names the file and
 // what is wrong, when it is not a `choir perf --json` document, when a row
 // lacks a field the comparison reads, when it was measured with another
-// number of ranks, or when none of its rows has an element type (or, among
-// its reductions, a reduce op) the run measures: such a comparison would
-// report differences that are not changes of speed. A run of several types
+// number of ranks, or when none of its rows of the run's ops has an
+// element type (or, among its reductions, a reduce op) the run measures:
+// such a comparison would report differences that are not changes of
+// speed. A run of several types
 // or reduce ops (--dtype and --reduce-op lists) compares each row with the
 // baseline row of the same op, type, reduce op and size.
 //
@@ -57,11 +58,18 @@ struct Baseline {
 // Whether `op` (a `choir perf --op` name) combines its inputs with a reduce op.
 bool PerfOpReduces(const std::string& op);
 
-// Reads and checks `path`. The run it will be compared with has `ranks`
-// ranks (0: not known yet) and measures `dtypes` with `reduce_ops` (names
-// as in the --json file).
-Result<Baseline> LoadBaseline(const std::string& path, int ranks, const std::vector<std::string>& dtypes,
-                              const std::vector<std::string>& reduce_ops);
+// What a run measures, as its --json file names it: the ops, their types,
+// and the reduce ops of those that reduce.
+struct PerfRunShape {
+  int ranks = 0;  // 0: not known yet
+  std::vector<std::string> ops, dtypes, reduce_ops;
+};
+
+// Reads and checks `path` against the run `run`. Only the file's rows of
+// the run's ops decide whether it shares a type and a reduce op with the
+// run; a row without a type (or, of an op that reduces, without a reduce
+// op) is refused when the run measures several.
+Result<Baseline> LoadBaseline(const std::string& path, const PerfRunShape& run);
 
 }  // namespace choir::cli
 
