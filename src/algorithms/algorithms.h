@@ -109,6 +109,19 @@ void CopyIfDistinct(void* dst, const void* src, size_t bytes);
 inline constexpr size_t kCopyStreamingBytes = 8u << 20;
 // Divides `count` elements by the group size when the reduce op is avg.
 void FinishAverage(const Context& c, void* data, size_t count);
+// How a walk that finishes avg (`average`) divides: an average of float32
+// or float64 is divided by the reduce kernel before its stores
+// (AverageDivisor: the divisor to pass kernels::ReduceMany; 1 for every
+// other walk), the other types' by FinishAverage after the sum, a pass
+// that rewrites the result and keeps a walk from storing it to two places
+// in one pass, streaming it or combining into the output (DividesApart).
+// On the Zen 4 host, 2 ranks, float32, the kernel's division against the
+// pass apart: allreduce 1.07x-1.18x the busbw in SharedBuffers and
+// 1.03x-1.30x on the heap at 64 KiB-64 MiB, reduce_scatter up to 1.71x
+// and 2.36x (docs/performance-log.md, "Averages divided before the
+// stores").
+int AverageDivisor(const Context& c, bool average);
+bool DividesApart(const Context& c, bool average);
 
 }  // namespace choir::algorithms
 

@@ -63,14 +63,15 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
   uint8_t* my_out = gather ? out + mine.offset * es : out;
   size_t total = 0;
   for (const auto& b : slices) total += b.count;
+  const int divisor = AverageDivisor(c, average);
   auto finish = [&](uint8_t* chunk, size_t elems) {
-    if (average) FinishAverage(c, chunk, elems);
+    if (DividesApart(c, average)) FinishAverage(c, chunk, elems);
   };
   const bool slice_streams = mine.count * es >= kStreamingBytes;
   if (!gather) {
     CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * es, mine.count, my_out,
                                           [&](uint64_t, uint8_t* chunk, size_t elems) { finish(chunk, elems); },
-                                          {.push = false, .streaming = slice_streams}));
+                                          {.push = false, .streaming = slice_streams, .divisor = divisor}));
     return op.Finish();
   }
   // Below kStreamingBytes the owner of a slice pushes each combined chunk
@@ -89,7 +90,7 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
                : slice_streams;
     CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * es, mine.count, my_out,
                                           [&](uint64_t, uint8_t* chunk, size_t elems) { finish(chunk, elems); },
-                                          {.push = true, .streaming = streaming}));
+                                          {.push = true, .streaming = streaming, .divisor = divisor}));
     for (int p = 0; p < n; ++p) {
       if (p != op.me()) c.CountSharedRead(p, slices[static_cast<size_t>(p)].count * es);  // written here by its owner
     }
@@ -100,7 +101,7 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
                                           finish(chunk, elems);
                                           op.SetProgress(k + 1);
                                         },
-                                        {.push = false, .streaming = slice_streams}));
+                                        {.push = false, .streaming = slice_streams, .divisor = divisor}));
   const size_t chunk = std::max<size_t>(1, kCmaChunkBytes / es);
   for (int s = 1; s < n; ++s) {
     const int p = (op.me() + s) % n;

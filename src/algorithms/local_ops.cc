@@ -672,12 +672,12 @@ Status ReduceFromPeers(AreaOp& op, const uint8_t* own,
     }
     uint8_t* out = dst + done * es;
     if (!push) {
-      kernels::ReduceMany(out, srcs.data(), n, m, c.dtype(), c.op(), streaming);
+      kernels::ReduceMany(out, srcs.data(), n, m, c.dtype(), c.op(), streaming, walk.divisor);
       if (on_chunk) on_chunk(k, out, m);
       continue;
     }
     uint8_t* result = streaming ? combined : out;
-    kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), false);
+    kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), false, walk.divisor);
     if (on_chunk) on_chunk(k, result, m);
     if (streaming) kernels::CopyBytes(out, result, m * es, /*nontemporal=*/true);
     for (int s = 1; s < n; ++s) {

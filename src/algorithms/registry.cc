@@ -94,4 +94,12 @@ void FinishAverage(const Context& c, void* data, size_t count) {
   if (c.op() == ReduceOp::kAvg && count > 0) kernels::DivideByCount(data, count, c.dtype(), c.size());
 }
 
+int AverageDivisor(const Context& c, bool average) {
+  return average && c.op() == ReduceOp::kAvg && kernels::AverageFuses(c.dtype()) ? c.size() : 1;
+}
+
+bool DividesApart(const Context& c, bool average) {
+  return average && c.op() == ReduceOp::kAvg && !kernels::AverageFuses(c.dtype()) && c.size() > 1;
+}
+
 }  // namespace choir::algorithms

@@ -19,7 +19,8 @@
 // (AreaCtl::consumed within a walk, AreaOp::Finish at the end of the walk
 // before); progress
 // counters (2k+1: inputs staged, 2k+2: result staged) order A, B and C.
-// A reduce_scatter stops after B and, unless it averages, combines straight
+// A reduce_scatter stops after B and, unless it averages apart (types
+// other than float32 and float64: DividesApart), combines straight
 // into its output (in place, into its own slice of its input: the one overlap
 // the Communicator lets through); in a reduce only the root runs C (and the
 // other ranks write no output), and its root combines straight into its
@@ -277,7 +278,7 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
   uint8_t* my_out = output == Output::kMySlice ? out : (gather ? out + mine.offset * es : nullptr);
   auto stage = [&](int owner, uint64_t k, int part) { return PartAt(op, owner, walk.Parity(owner, k), part, chunk_bytes); };
   // A result nobody else reads (reduce_scatter, a reduce's root), not
-  // averaged afterwards and not overwriting input still to be staged, is
+  // averaged apart afterwards and not overwriting input still to be staged, is
   // combined straight into the output: an output clear of the input, or
   // in place (a reduce_scatter's, a reduce root's) its own slice, which
   // only this rank reads (ReduceMany's output may be one of its sources).
@@ -288,17 +289,19 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
   const uint8_t* in_end = in + ElemsSpanned(slices) * es;
   const auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
   const bool own_slice = my_out != nullptr && my_out == in + mine.offset * es;
-  const bool direct = !staged && !(average && c.op() == ReduceOp::kAvg) &&
+  const int divisor = AverageDivisor(c, average);
+  const bool divides_apart = DividesApart(c, average);
+  const bool direct = !staged && !divides_apart &&
                       (own_slice || at(my_out + mine.count * es) <= at(in) || at(my_out) >= at(in_end));
   // The staged result with streaming stores only when peers read it and
-  // nothing rewrites it here first (averaging would bring it back).
-  const bool stream_result = walk.stage_streaming && staged && !(average && c.op() == ReduceOp::kAvg);
+  // nothing rewrites it here first (a division apart would bring it back).
+  const bool stream_result = walk.stage_streaming && staged && !divides_apart;
   // A result staged for the peers and written to this rank's output is
   // stored to both in one pass (ReduceManyTwice), as the allgather's stage
   // and own copy are (GatherThroughPipe), where the ranks have a core each,
-  // nothing rewrites the result in between (averaging) and the buffer is
-  // at least kOnePassResultMinBytes.
-  const bool one_pass = staged && !walk.shares_cpus && !(average && c.op() == ReduceOp::kAvg) &&
+  // nothing rewrites the result in between (a division apart) and the
+  // buffer is at least kOnePassResultMinBytes.
+  const bool one_pass = staged && !walk.shares_cpus && !divides_apart &&
                         ElemsSpanned(slices) * es >= kOnePassResultMinBytes;
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (uint64_t k = 0; k < walk.steps; ++k) {
@@ -318,17 +321,20 @@ Status ReduceThroughPipe(AreaOp& op, const uint8_t* in, uint8_t* out, const Bloc
       c.CountSharedRead(p, m * es);
     }
     if (direct) {
-      if (m > 0) kernels::ReduceMany(my_out + k * chunk * es, srcs.data(), n, m, c.dtype(), c.op(), streaming);
+      if (m > 0) {
+        kernels::ReduceMany(my_out + k * chunk * es, srcs.data(), n, m, c.dtype(), c.op(), streaming, divisor);
+      }
     } else {
       uint8_t* result = stage(me, k, me);
       uint8_t* own = my_out != nullptr ? my_out + k * chunk * es : nullptr;
       if (m > 0 && own != nullptr && one_pass &&
-          kernels::ReduceManyTwiceFuses(result, stream_result, own, streaming, m, c.dtype(), c.op())) {
-        kernels::ReduceManyTwice(result, stream_result, own, streaming, srcs.data(), n, m, c.dtype(), c.op());
+          kernels::ReduceManyTwiceFuses(result, stream_result, own, streaming, m, c.dtype(), c.op(), divisor)) {
+        kernels::ReduceManyTwice(result, stream_result, own, streaming, srcs.data(), n, m, c.dtype(), c.op(),
+                                 divisor);
       } else {
         if (m > 0) {
-          kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), stream_result);
-          if (average) FinishAverage(c, result, m);
+          kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), stream_result, divisor);
+          if (divides_apart) FinishAverage(c, result, m);
         }
         // This rank's own copy of its result goes before the peers may
         // read it: copying it out while they read the same lines ran
@@ -365,7 +371,7 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   const CollKind kind = output == Output::kMySlice ? CollKind::kReduceScatter
                         : output == Output::kWhole  ? CollKind::kAllreduce
                                                     : CollKind::kReduce;
-  // A reduce_scatter that combines into its output (not averaging there)
+  // A reduce_scatter that combines into its output (not averaging apart)
   // stages only the n-1 chunks for its peers, and only those share the L2:
   // with 2 ranks on the Zen 4 host (1 MiB of L2), chunks of 512 KiB
   // instead of 256 ran 1-16 MiB reduce_scatters up to 1.32x faster (paired
@@ -379,8 +385,7 @@ Status PipeReduce(Context& c, const uint8_t* in, uint8_t* out, const Blocks& sli
   // ReduceThroughPipe; in place, on its own slice, it combines there too).
   // Other hosts and groups of more than 2 ranks with a core each were not
   // measured.
-  const bool peers_only = kind == CollKind::kReduceScatter && !(average && c.op() == ReduceOp::kAvg) &&
-                          !op.ranks_share_cpus();
+  const bool peers_only = kind == CollKind::kReduceScatter && !DividesApart(c, average) && !op.ranks_share_cpus();
   const size_t chunk = PipeChunkElems(op.pipe_bytes(), op.pipe_cache_bytes(), op.size(), es, peers_only);
   CHOIR_ASSIGN_OR_RETURN(const Walk walk, StartWalk(op, kind, slices, chunk, in, out));
   if (output == Output::kWholeOnRoot) {

@@ -27,6 +27,11 @@ using ManyFn = void (*)(void* dst, const void* const* srcs, int k, size_t count,
 // `streams` 0 (plain stores), 1 (a streams) or 2 (both stream; b at a's
 // offset within a line).
 using ManyTwiceFn = void (*)(void* a, void* b, const void* const* srcs, int k, size_t count, int streams);
+// ManyFn's sum divided by `divisor` before it is stored, and
+// ManyTwiceFn's likewise (avg in one pass: ReduceMany's `divisor`).
+using ManyAvgFn = void (*)(void* dst, const void* const* srcs, int k, size_t count, bool nontemporal, int divisor);
+using ManyTwiceAvgFn = void (*)(void* a, void* b, const void* const* srcs, int k, size_t count, int streams,
+                                int divisor);
 // data[i] /= n.
 using DivideFn = void (*)(void* data, size_t count, int n);
 // memcpy with streaming stores (copy_nontemporal) or with plain vector
@@ -44,6 +49,10 @@ struct IsaTable {
   // Null in the portable table and for pairs a SIMD file lacks
   // (ReduceManyTwice then reduces and copies).
   ManyTwiceFn many_twice[kNumDataTypes][kNumReduceOps];
+  // float32 and float64 only (AverageFuses); many_twice_avg null in the
+  // portable table.
+  ManyAvgFn many_avg[kNumDataTypes];
+  ManyTwiceAvgFn many_twice_avg[kNumDataTypes];
   DivideFn divide[kNumDataTypes];
   CopyFn copy_nontemporal;
   CopyFn copy;

@@ -161,6 +161,14 @@ void Divide(void* data, size_t count, int n) {
   }
 }
 
+// ManyAvgFn: the sum, then the division (the portable kernels' loops keep
+// their own passes).
+template <class C>
+void ManyAverage(void* dst, const void* const* srcs, int k, size_t count, bool nontemporal, int divisor) {
+  Many<C, OpSum>(dst, srcs, k, count, nontemporal);
+  Divide<C>(dst, count, divisor);
+}
+
 // SSE2 (part of x86-64) copies with streaming (kStream) or plain stores;
 // memcpy elsewhere.
 template <bool kStream>
@@ -218,6 +226,7 @@ constexpr void SetType(IsaTable& table, DataType type) {
     SetOp<C, OpBxor>(table, type, ReduceOp::kBxor);
   }
   table.divide[static_cast<int>(type)] = &Divide<C>;
+  if constexpr (std::is_floating_point_v<typename C::T>) table.many_avg[static_cast<int>(type)] = &ManyAverage<C>;
 }
 
 consteval IsaTable MakeTable() {

@@ -403,13 +403,15 @@ TEST_F(KernelsTest, BinaryEveryTypeOpIsaCountAndLayout) {
 // ---------------------------------------------------------------------------
 // ReduceMany.
 
+// `divisor` above 1: an average divided before the stores (ReduceMany's
+// divisor), which must give the sum divided as DivideByCount does.
 template <class R>
 void RunMany(DataType type, ReduceOp op, int k, size_t count, size_t dst_offset, bool alias,
-             bool nontemporal, std::mt19937_64& rng) {
+             bool nontemporal, std::mt19937_64& rng, int divisor = 1) {
   using T = typename R::T;
   SCOPED_TRACE("k " + std::to_string(k) + ", count " + std::to_string(count) + ", dst offset " +
                std::to_string(dst_offset) + (alias ? ", dst==srcs[0]" : "") +
-               (nontemporal ? ", nontemporal" : ""));
+               (nontemporal ? ", nontemporal" : "") + ", divisor " + std::to_string(divisor));
   std::vector<std::unique_ptr<Buffer>> bufs;
   std::vector<const void*> srcs;
   std::vector<std::vector<T>> inputs(k, std::vector<T>(count));
@@ -423,12 +425,13 @@ void RunMany(DataType type, ReduceOp op, int k, size_t count, size_t dst_offset,
   }
   Buffer d_buf(sizeof(T), count, dst_offset, true);
   T* dst = alias ? static_cast<T*>(bufs[0]->data()) : static_cast<T*>(d_buf.data());
-  ReduceMany(dst, srcs.data(), k, count, type, op, nontemporal);
+  ReduceMany(dst, srcs.data(), k, count, type, op, nontemporal, divisor);
   for (size_t i = 0; i < count; ++i) {
     typename R::Acc acc = R::Decode(inputs[0][i]);
     for (int j = 1; j < k; ++j) acc = R::Apply(op, acc, R::Decode(inputs[j][i]));
     // One input is a plain copy, NaN bits included.
-    const T expected = k == 1 ? inputs[0][i] : R::Encode(acc);
+    const T sum = k == 1 ? inputs[0][i] : R::Encode(acc);
+    const T expected = divisor > 1 ? R::Divide(sum, divisor) : sum;
     if (!R::Same(dst[i], expected)) {
       std::string in;
       for (int j = 0; j < k; ++j) in += R::Show(inputs[j][i]) + " ";
@@ -496,11 +499,13 @@ struct TwiceCase {
 };
 
 template <class R>
-void RunManyTwice(DataType type, ReduceOp op, int k, size_t count, const TwiceCase& t, std::mt19937_64& rng) {
+void RunManyTwice(DataType type, ReduceOp op, int k, size_t count, const TwiceCase& t, std::mt19937_64& rng,
+                  int divisor = 1) {
   using T = typename R::T;
   SCOPED_TRACE("k " + std::to_string(k) + ", count " + std::to_string(count) + ", offsets " +
                std::to_string(t.a_offset) + "/" + std::to_string(t.b_offset) + ", nt " + std::to_string(t.a_nt) +
-               std::to_string(t.b_nt) + ", alias " + std::to_string(t.alias));
+               std::to_string(t.b_nt) + ", alias " + std::to_string(t.alias) + ", divisor " +
+               std::to_string(divisor));
   std::vector<std::unique_ptr<Buffer>> bufs;
   std::vector<const void*> srcs;
   std::vector<std::vector<T>> inputs(k, std::vector<T>(count));
@@ -517,11 +522,12 @@ void RunManyTwice(DataType type, ReduceOp op, int k, size_t count, const TwiceCa
   Buffer b_buf(sizeof(T), count, t.b_offset, true);
   T* a = t.alias == 1 ? static_cast<T*>(bufs[static_cast<size_t>(aliased)]->data()) : static_cast<T*>(a_buf.data());
   T* b = t.alias >= 2 ? static_cast<T*>(bufs[static_cast<size_t>(aliased)]->data()) : static_cast<T*>(b_buf.data());
-  ReduceManyTwice(a, t.a_nt, b, t.b_nt, srcs.data(), k, count, type, op);
+  ReduceManyTwice(a, t.a_nt, b, t.b_nt, srcs.data(), k, count, type, op, divisor);
   for (size_t i = 0; i < count; ++i) {
     typename R::Acc acc = R::Decode(inputs[0][i]);
     for (int j = 1; j < k; ++j) acc = R::Apply(op, acc, R::Decode(inputs[j][i]));
-    const T expected = k == 1 ? inputs[0][i] : R::Encode(acc);
+    const T sum = k == 1 ? inputs[0][i] : R::Encode(acc);
+    const T expected = divisor > 1 ? R::Divide(sum, divisor) : sum;
     if (!R::Same(a[i], expected) || !R::Same(b[i], expected)) {
       FAIL() << "element " << i << ": " << ReduceOpName(op) << " gave " << R::Show(a[i]) << " and "
              << R::Show(b[i]) << ", want " << R::Show(expected);
@@ -591,6 +597,50 @@ TEST_F(KernelsTest, ManyTwiceLargeEveryStoreKind) {
   }
 }
 
+// avg in one pass (ReduceMany's and ReduceManyTwice's divisor): float32
+// and float64 only, the same bits as the sum divided apart, for divisors
+// that multiply (powers of two) and that divide, every ISA, one to five
+// sources (two: the loop with its count fixed), every store kind, offset
+// and alias, short and past the streaming threshold.
+TEST_F(KernelsTest, AveragesDividedBeforeTheStoresMatchTheSumDividedApart) {
+  EXPECT_TRUE(AverageFuses(DataType::kFloat32));
+  EXPECT_TRUE(AverageFuses(DataType::kFloat64));
+  for (DataType t : {DataType::kFloat16, DataType::kBFloat16, DataType::kInt8, DataType::kUint8, DataType::kInt32,
+                     DataType::kInt64}) {
+    EXPECT_FALSE(AverageFuses(t)) << DataTypeName(t);
+  }
+  constexpr TwiceCase kCases[] = {{0, 0, false, false, 0}, {0, 0, true, false, 0}, {5, 5, true, true, 1},
+                                  {0, 3, false, true, 2},  {7, 1, true, true, 0},  {5, 5, true, true, 3}};
+  std::mt19937_64 rng(12);
+  for (const char* isa : AvailableIsas()) {
+    ASSERT_TRUE(ForceIsa(isa));
+    SCOPED_TRACE(std::string("isa ") + isa);
+    for (DataType type : {DataType::kFloat32, DataType::kFloat64}) {
+      SCOPED_TRACE(DataTypeName(type));
+      const size_t es = DataTypeSize(type);
+      for (int divisor : {2, 3, 4, 7, 8, 1 << 20}) {
+        for (int k = 1; k <= 5; ++k) {
+          for (size_t count : {size_t{0}, size_t{1}, size_t{29}, kMinCopyTwiceBytes / es + 3,
+                               (kMinNontemporalBytes + 77) / es}) {
+            for (int variant = 0; variant < 4; ++variant) {
+              VisitRef(type, [&](auto ref) {
+                RunMany<decltype(ref)>(type, ReduceOp::kAvg, k, count, static_cast<size_t>(variant % 3) * 5,
+                                       variant % 2 == 1, variant >= 2, rng, divisor);
+              });
+            }
+            for (const TwiceCase& t : kCases) {
+              VisitRef(type, [&](auto ref) {
+                RunManyTwice<decltype(ref)>(type, ReduceOp::kAvg, k, count, t, rng, divisor);
+              });
+            }
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_F(KernelsTest, ManyTwiceFusesWhereTheLoopCanRun) {
   alignas(64) static float a[16 * 1024];
   alignas(64) static float b[16 * 1024 + 16];
@@ -609,6 +659,11 @@ TEST_F(KernelsTest, ManyTwiceFusesWhereTheLoopCanRun) {
     EXPECT_FALSE(ReduceManyTwiceFuses(a, false, b, false, kMinCopyTwiceBytes / 4 - 1, f32, ReduceOp::kSum));
     // Outside the enums: never one pass (and ReduceManyTwice refuses such a call).
     EXPECT_FALSE(ReduceManyTwiceFuses(a, false, b, false, big, f32, static_cast<ReduceOp>(99)));
+    // An average divided before the stores: the SIMD loops only, float32 and float64.
+    EXPECT_EQ(ReduceManyTwiceFuses(a, false, b + 4, false, big, f32, ReduceOp::kAvg, 2), vector);
+    EXPECT_EQ(ReduceManyTwiceFuses(a, true, b + 16, true, big, f32, ReduceOp::kAvg, 3), vector);
+    EXPECT_FALSE(ReduceManyTwiceFuses(a, true, b + 4, true, big, f32, ReduceOp::kAvg, 2));  // offsets differ
+    EXPECT_FALSE(ReduceManyTwiceFuses(a, false, b + 4, false, big, DataType::kBFloat16, ReduceOp::kAvg, 2));
   }
 }
 

@@ -53,6 +53,7 @@ IsaTable Complete(const IsaTable& simd) {
       if (table.reduce[d][o] == nullptr) table.reduce[d][o] = generic.reduce[d][o];
       if (table.many[d][o] == nullptr) table.many[d][o] = generic.many[d][o];
     }
+    if (table.many_avg[d] == nullptr) table.many_avg[d] = generic.many_avg[d];
     if (table.divide[d] == nullptr) table.divide[d] = generic.divide[d];
   }
   if (table.copy_nontemporal == nullptr) table.copy_nontemporal = generic.copy_nontemporal;
@@ -100,10 +101,24 @@ ReduceFn GetReduceFn(DataType dtype, ReduceOp op) {
   return Active().reduce[static_cast<int>(dtype)][static_cast<int>(op)];
 }
 
+bool AverageFuses(DataType dtype) { return dtype == DataType::kFloat32 || dtype == DataType::kFloat64; }
+
 void ReduceMany(void* dst, const void* const* srcs, int k, size_t count, DataType dtype,
-                ReduceOp op, bool nontemporal) {
+                ReduceOp op, bool nontemporal, int divisor) {
   CHOIR_CHECK(k >= 1);
   CHOIR_CHECK(InRange(dtype, op));
+  CHOIR_CHECK(divisor >= 1);
+  if (divisor > 1) {
+    CHOIR_CHECK(op == ReduceOp::kAvg && AverageFuses(dtype));
+    if (count == 0) return;
+    if (k == 1) {
+      if (dst != srcs[0]) CopyBytes(dst, srcs[0], count * DataTypeSize(dtype), nontemporal);
+      DivideByCount(dst, count, dtype, divisor);
+      return;
+    }
+    Active().many_avg[static_cast<int>(dtype)](dst, srcs, k, count, nontemporal, divisor);
+    return;
+  }
   if (op == ReduceOp::kAvg) op = ReduceOp::kSum;
   const ManyFn fn = Active().many[static_cast<int>(dtype)][static_cast<int>(op)];
   CHOIR_CHECK(fn != nullptr);  // bitwise op on a float type: CheckReduceSupported first
@@ -175,6 +190,13 @@ ManyTwiceFn ManyTwiceLoopFor(const TwoStores& plan, DataType dtype, ReduceOp op)
   if (op == ReduceOp::kAvg) op = ReduceOp::kSum;
   return Active().many_twice[static_cast<int>(dtype)][static_cast<int>(op)];
 }
+
+// The one-pass average for `dtype` with these destinations, or null where
+// ReduceManyTwice averages into one and copies.
+ManyTwiceAvgFn ManyTwiceAverageLoopFor(const TwoStores& plan, DataType dtype) {
+  if (!plan.fuses || static_cast<int>(dtype) >= kNumDataTypes) return nullptr;
+  return Active().many_twice_avg[static_cast<int>(dtype)];
+}
 }  // namespace
 
 void CopyBytesTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, const void* src, size_t bytes) {
@@ -195,14 +217,15 @@ bool CopyBytesTwiceFuses(const void* a, bool a_nontemporal, const void* b, bool 
 }
 
 void ReduceManyTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, const void* const* srcs, int k,
-                     size_t count, DataType dtype, ReduceOp op) {
+                     size_t count, DataType dtype, ReduceOp op, int divisor) {
   CHOIR_CHECK(k >= 1);
   CHOIR_CHECK(InRange(dtype, op));
+  CHOIR_CHECK(divisor == 1 || (divisor > 1 && op == ReduceOp::kAvg && AverageFuses(dtype)));
   // As ReduceMany: a bitwise op on a float type fails here, whatever k.
   CHOIR_CHECK(Active().many[static_cast<int>(dtype)][static_cast<int>(op == ReduceOp::kAvg ? ReduceOp::kSum : op)] !=
               nullptr);
   const size_t bytes = count * DataTypeSize(dtype);
-  if (k == 1) {
+  if (k == 1 && divisor == 1) {
     // A copy; a destination that is the source already holds it.
     if (a == srcs[0]) {
       if (b != srcs[0]) CopyBytes(b, srcs[0], bytes, b_nontemporal);
@@ -214,8 +237,9 @@ void ReduceManyTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, c
     return;
   }
   const TwoStores plan = PlanTwoStores(a, a_nontemporal, b, b_nontemporal, bytes);
-  const ManyTwiceFn fn = ManyTwiceLoopFor(plan, dtype, op);
-  if (fn == nullptr) {
+  const ManyTwiceFn fn = divisor == 1 ? ManyTwiceLoopFor(plan, dtype, op) : nullptr;
+  const ManyTwiceAvgFn average = divisor > 1 && k > 1 ? ManyTwiceAverageLoopFor(plan, dtype) : nullptr;
+  if (fn == nullptr && average == nullptr) {
     // Combined into the destination that keeps its lines in the cache,
     // then copied from there (not read back from memory).
     // Streaming only from kMinNontemporalBytes, as in the one pass.
@@ -224,21 +248,24 @@ void ReduceManyTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, c
     const bool b_first = stream_a && !stream_b;
     void* first = b_first ? b : a;
     void* second = b_first ? a : b;
-    ReduceMany(first, srcs, k, count, dtype, op, b_first ? stream_b : stream_a);
+    ReduceMany(first, srcs, k, count, dtype, op, b_first ? stream_b : stream_a, divisor);
     CopyBytes(second, first, bytes, b_first ? stream_a : stream_b);
+    return;
+  }
+  const int streams = plan.second_streams ? 2 : plan.first_streams ? 1 : 0;
+  void* x = plan.swap ? b : a;
+  void* y = plan.swap ? a : b;
+  if (fn != nullptr) {
+    fn(x, y, srcs, k, count, streams);
   } else {
-    const int streams = plan.second_streams ? 2 : plan.first_streams ? 1 : 0;
-    if (plan.swap) {
-      fn(b, a, srcs, k, count, streams);
-    } else {
-      fn(a, b, srcs, k, count, streams);
-    }
+    average(x, y, srcs, k, count, streams, divisor);
   }
 }
 
 bool ReduceManyTwiceFuses(const void* a, bool a_nontemporal, const void* b, bool b_nontemporal, size_t count,
-                          DataType dtype, ReduceOp op) {
+                          DataType dtype, ReduceOp op, int divisor) {
   const TwoStores plan = PlanTwoStores(a, a_nontemporal, b, b_nontemporal, count * DataTypeSize(dtype));
+  if (divisor > 1) return op == ReduceOp::kAvg && AverageFuses(dtype) && ManyTwiceAverageLoopFor(plan, dtype);
   return ManyTwiceLoopFor(plan, dtype, op) != nullptr;
 }
 

@@ -18,7 +18,9 @@
 //    accumulator over all k inputs).
 //  * A NaN input gives a NaN output; its payload and quiet/signalling state
 //    are not part of the contract (and may differ between ISAs).
-//  * avg = sum, then DivideByCount once at the end.
+//  * avg = sum, then DivideByCount once at the end; for float32 and float64
+//    ReduceMany may divide before its stores instead (its `divisor`), with
+//    the same bits.
 //
 // Thread-safety: every kernel is a pure function of its arguments and may run
 // concurrently on disjoint outputs. ForceIsa() swaps the dispatch table
@@ -49,8 +51,19 @@ ReduceFn GetReduceFn(DataType dtype, ReduceOp op);
 // alias any source (exactly). `nontemporal` asks for streaming stores: use it when
 // dst is large and not read again soon, so it does not evict useful cache lines.
 // k >= 1 and (dtype, op) supported are preconditions (CHOIR_CHECK).
+// With op kAvg and a `divisor` above 1 the sum is divided by it before it
+// is stored, avg's two halves in one pass: the same bits as the sum
+// followed by DivideByCount(divisor). Only where AverageFuses(dtype); every
+// other call passes 1 (kAvg then gives the sum, divided apart).
 void ReduceMany(void* dst, const void* const* srcs, int k, size_t count, DataType dtype,
-                ReduceOp op, bool nontemporal = false);
+                ReduceOp op, bool nontemporal = false, int divisor = 1);
+
+// Whether ReduceMany and ReduceManyTwice divide an average before their
+// stores for `dtype`: float32 and float64, whose sum is stored in its own
+// type. float16 and bfloat16 round the sum before their division (dividing
+// first would round once instead of twice, other bits), and integers
+// divide apart.
+bool AverageFuses(DataType dtype);
 
 // data[i] = data[i] / n, the second half of avg. Integer types divide truncating
 // toward zero like C; float16/bfloat16 divide in float32 and round once. n >= 1.
@@ -84,12 +97,13 @@ bool CopyBytesTwiceFuses(const void* a, bool a_nontemporal, const void* b, bool 
 // from kMinNontemporalBytes, as CopyBytes (ReduceMany streams at any
 // size). a and b must not overlap each other; either may alias a source
 // exactly (as ReduceMany's dst may), no other overlap.
+// `divisor` as ReduceMany's.
 void ReduceManyTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, const void* const* srcs, int k,
-                     size_t count, DataType dtype, ReduceOp op);
+                     size_t count, DataType dtype, ReduceOp op, int divisor = 1);
 // Whether ReduceManyTwice with these arguments makes one pass: under the
 // same rules as CopyBytesTwiceFuses (its bytes count * the element size).
 bool ReduceManyTwiceFuses(const void* a, bool a_nontemporal, const void* b, bool b_nontemporal, size_t count,
-                          DataType dtype, ReduceOp op);
+                          DataType dtype, ReduceOp op, int divisor = 1);
 
 // True when dst lies 1 to 63 bytes after src modulo 4 KiB. A string copy
 // (rep movsb, which glibc's memcpy uses for some sizes: measured slow here
