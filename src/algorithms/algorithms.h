@@ -116,10 +116,10 @@ void FinishAverage(const Context& c, void* data, size_t count);
 // that rewrites the result and keeps a walk from storing it to two places
 // in one pass, streaming it or combining into the output (DividesApart).
 // On the Zen 4 host, 2 ranks, float32, the kernel's division against the
-// pass apart: allreduce 1.07x-1.18x the busbw in SharedBuffers and
-// 1.03x-1.30x on the heap at 64 KiB-64 MiB, reduce_scatter up to 1.71x
-// and 2.36x (docs/performance-log.md, "Averages divided before the
-// stores").
+// pass apart: allreduce 1.07x-1.18x the busbw in SharedBuffers (paired)
+// and 0.96x-1.26x on the heap (medians) at 64 KiB-64 MiB, reduce_scatter
+// up to 1.71x on the heap and 2.06x in SharedBuffers
+// (docs/performance-log.md, "Averages divided before the stores").
 int AverageDivisor(const Context& c, bool average);
 bool DividesApart(const Context& c, bool average);
 

@@ -937,7 +937,9 @@ TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
       so.dtypes = {DataType::kFloat32};
       so.counts = {300001, 1310733, 2200001};  // blocks below and above kStreamingBytes
       so.in_place = true;
-      so.all_reduce_ops = false;
+      // The average too: the walks that pull the slices' results divide
+      // it in the kernel (2 ranks multiply by 1/2, 3 divide).
+      so.reduce_ops = {ReduceOp::kSum, ReduceOp::kAvg};
       so.algorithm = "cma";
       return CheckSweep(comm, so);
     }, TransportOptions("shm", 60s));
@@ -1303,8 +1305,9 @@ TEST(CommPipeTest, LargeAllreduceMatchesReference) {
 // they take the n-chunk rule: the same checks of the results); counts per rank
 // just below and past one and two such chunks of float32 (131072 elements) and
 // of bfloat16 (262144), and past the streaming threshold, every reduce op of
-// the reduce_scatter (the average stages its result: chunks of the n-chunk
-// rule), in place and not, staged with plain and with streaming stores, and
+// the reduce_scatter (a bfloat16 average stages its result to divide it
+// apart: chunks of the n-chunk rule; a float32 one is divided by the kernel
+// and combines into the output as the sum does), in place and not, staged with plain and with streaming stores, and
 // with a 1 MiB pipe, whose share (256 KiB) bounds the chunks instead.
 TEST(CommPipeTest, LargeReduceScatterAndAlltoallMatchReference) {
   for (const auto& [staging, pipe_bytes] : {std::pair{"plain", "4M"}, {"streaming", "4M"}, {"plain", "1M"}}) {
@@ -1345,40 +1348,46 @@ TEST(CommPipeTest, InPlaceWalksMatchReference) {
 }
 
 // One rank in place and the other not, either rank: the walk's chunks must
-// not depend on it. Summing, the rank in place combines into its own slice
-// of its input (the first of the combined sources on rank 0, the second on
-// rank 1), the other into its output; averaging, both through their pipes.
+// not depend on it. Summing, and averaging float32 (divided by the kernel),
+// the rank in place combines into its own slice of its input (the first of
+// the combined sources on rank 0, the second on rank 1), the other into its
+// output; averaging int32 (divided apart), both through their pipes.
 // Counts past one and two chunks of the L2 rule: exact values.
-TEST(CommPipeTest, ReduceScatterWithOneRankInPlaceMatchesReference) {
-  auto results = RunRanks(2, [](Communicator& comm) -> Status {
-    const int r = comm.rank();
-    for (const int in_place_rank : {0, 1}) {
-      for (const size_t count : {size_t{131073}, size_t{262143}, size_t{300001}}) {
-        for (const ReduceOp rop : {ReduceOp::kSum, ReduceOp::kAvg}) {
-          std::vector<float> send(2 * count), recv(count, -1.0f);
-          for (size_t i = 0; i < send.size(); ++i) {
-            send[i] = static_cast<float>((r + 1) * static_cast<int>(i % 1000));
-          }
-          float* out = r == in_place_rank ? send.data() + static_cast<size_t>(r) * count : recv.data();
-          CallOptions pipe;
-          pipe.algorithm = "shm_pipe";
-          Work w = comm.ReduceScatter(send.data(), out, count, DataType::kFloat32, rop, pipe);
-          CHOIR_RETURN_IF_ERROR(w.Wait());
-          if (w.info().algorithm != "shm_pipe") return Status(Code::kInternal, "ran " + w.info().algorithm);
-          for (size_t i = 0; i < count; ++i) {
-            const float sum = 3.0f * static_cast<float>((static_cast<size_t>(r) * count + i) % 1000);  // 1x + 2x
-            const float want = rop == ReduceOp::kAvg ? sum / 2 : sum;
-            if (out[i] != want) {
-              return Status(Code::kInternal, "rank " + std::to_string(in_place_rank) + " in place, count " +
-                                                 std::to_string(count) + (rop == ReduceOp::kAvg ? " avg" : " sum") +
-                                                 ": element " + std::to_string(i) + " is " + std::to_string(out[i]) +
-                                                 ", not " + std::to_string(want));
-            }
+template <class T>
+Status CheckReduceScatterWithOneRankInPlace(Communicator& comm, DataType dtype) {
+  const int r = comm.rank();
+  for (const int in_place_rank : {0, 1}) {
+    for (const size_t count : {size_t{131073}, size_t{262143}, size_t{300001}}) {
+      for (const ReduceOp rop : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        std::vector<T> send(2 * count), recv(count, T(-1));
+        for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<T>((r + 1) * static_cast<int>(i % 1000));
+        T* out = r == in_place_rank ? send.data() + static_cast<size_t>(r) * count : recv.data();
+        CallOptions pipe;
+        pipe.algorithm = "shm_pipe";
+        Work w = comm.ReduceScatter(send.data(), out, count, dtype, rop, pipe);
+        CHOIR_RETURN_IF_ERROR(w.Wait());
+        if (w.info().algorithm != "shm_pipe") return Status(Code::kInternal, "ran " + w.info().algorithm);
+        for (size_t i = 0; i < count; ++i) {
+          const T sum = static_cast<T>(3 * static_cast<int>((static_cast<size_t>(r) * count + i) % 1000));  // 1x + 2x
+          const T want = rop == ReduceOp::kAvg ? static_cast<T>(sum / 2) : sum;
+          if (out[i] != want) {
+            return Status(Code::kInternal, std::string(DataTypeName(dtype)) + ", rank " +
+                                               std::to_string(in_place_rank) + " in place, count " +
+                                               std::to_string(count) + (rop == ReduceOp::kAvg ? " avg" : " sum") +
+                                               ": element " + std::to_string(i) + " is " + std::to_string(out[i]) +
+                                               ", not " + std::to_string(want));
           }
         }
       }
     }
-    return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+TEST(CommPipeTest, ReduceScatterWithOneRankInPlaceMatchesReference) {
+  auto results = RunRanks(2, [](Communicator& comm) -> Status {
+    CHOIR_RETURN_IF_ERROR(CheckReduceScatterWithOneRankInPlace<float>(comm, DataType::kFloat32));
+    return CheckReduceScatterWithOneRankInPlace<int32_t>(comm, DataType::kInt32);
   }, TransportOptions("shm", 120s));
   ExpectAllOk(results);
 }

@@ -20,7 +20,7 @@
 //    are not part of the contract (and may differ between ISAs).
 //  * avg = sum, then DivideByCount once at the end; for float32 and float64
 //    ReduceMany may divide before its stores instead (its `divisor`), with
-//    the same bits.
+//    the same values.
 //
 // Thread-safety: every kernel is a pure function of its arguments and may run
 // concurrently on disjoint outputs. ForceIsa() swaps the dispatch table
@@ -52,9 +52,10 @@ ReduceFn GetReduceFn(DataType dtype, ReduceOp op);
 // dst is large and not read again soon, so it does not evict useful cache lines.
 // k >= 1 and (dtype, op) supported are preconditions (CHOIR_CHECK).
 // With op kAvg and a `divisor` above 1 the sum is divided by it before it
-// is stored, avg's two halves in one pass: the same bits as the sum
-// followed by DivideByCount(divisor). Only where AverageFuses(dtype); every
-// other call passes 1 (kAvg then gives the sum, divided apart).
+// is stored, avg's two halves in one pass: the same values as the sum
+// followed by DivideByCount(divisor) (a NaN's payload aside, which the
+// contract above leaves open). Only where AverageFuses(dtype); every other
+// call passes 1 (kAvg then gives the sum, divided apart).
 void ReduceMany(void* dst, const void* const* srcs, int k, size_t count, DataType dtype,
                 ReduceOp op, bool nontemporal = false, int divisor = 1);
 
@@ -102,6 +103,8 @@ void ReduceManyTwice(void* a, bool a_nontemporal, void* b, bool b_nontemporal, c
                      size_t count, DataType dtype, ReduceOp op, int divisor = 1);
 // Whether ReduceManyTwice with these arguments makes one pass: under the
 // same rules as CopyBytesTwiceFuses (its bytes count * the element size).
+// With a divisor above 1 it answers for k >= 2 sources (one source is a
+// copy, then a division).
 bool ReduceManyTwiceFuses(const void* a, bool a_nontemporal, const void* b, bool b_nontemporal, size_t count,
                           DataType dtype, ReduceOp op, int divisor = 1);
 

@@ -118,8 +118,9 @@ def allreduce_hook(process_group, bucket):
     """A DDP communication hook: each bucket's average in one choir allreduce.
 
     DDP's default hook divides every bucket by the world size and then sums
-    it (one more pass over all gradients per step); ReduceOp.AVG lets choir
-    divide each chunk while it is in the cache. Register it with
+    it (one more pass over all gradients per step); with ReduceOp.AVG choir
+    divides as it combines (float32 and float64 inside the reduce kernel,
+    other types each chunk while it is in the cache). Register it with
     ``ddp.register_comm_hook(group_or_None, choir.torch.allreduce_hook)``.
     """
     group = process_group if process_group is not None else dist.group.WORLD
