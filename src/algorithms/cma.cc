@@ -64,8 +64,9 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
   size_t total = 0;
   for (const auto& b : slices) total += b.count;
   const int divisor = AverageDivisor(c, average);
+  const bool divides_apart = DividesApart(c, average);
   auto finish = [&](uint8_t* chunk, size_t elems) {
-    if (DividesApart(c, average)) FinishAverage(c, chunk, elems);
+    if (divides_apart) FinishAverage(c, chunk, elems);
   };
   const bool slice_streams = mine.count * es >= kStreamingBytes;
   if (!gather) {

@@ -107,9 +107,8 @@ void ReduceMany(void* dst, const void* const* srcs, int k, size_t count, DataTyp
                 ReduceOp op, bool nontemporal, int divisor) {
   CHOIR_CHECK(k >= 1);
   CHOIR_CHECK(InRange(dtype, op));
-  CHOIR_CHECK(divisor >= 1);
-  if (divisor > 1) {
-    CHOIR_CHECK(op == ReduceOp::kAvg && AverageFuses(dtype));
+  if (divisor != 1) {
+    CHOIR_CHECK(divisor > 1 && op == ReduceOp::kAvg && AverageFuses(dtype));
     if (count == 0) return;
     if (k == 1) {
       if (dst != srcs[0]) CopyBytes(dst, srcs[0], count * DataTypeSize(dtype), nontemporal);
