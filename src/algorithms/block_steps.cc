@@ -70,10 +70,7 @@ Status RingReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, c
 Status CmaReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks) {
   AreaOp op(c);
   CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, in, my_out));
-  const auto& mine = blocks[static_cast<size_t>(op.me())];
-  CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * c.elem_size(), mine.count, my_out, nullptr,
-                                        {.push = false, .streaming = mine.count * c.elem_size() >= kStreamingBytes}));
-  return op.Finish();
+  return CmaReduceWith(op, in, my_out, blocks, /*gather=*/false, /*average=*/false);
 }
 
 Status ReduceScatterBlocks(Context& c, const uint8_t* in, uint8_t* my_out, const Blocks& blocks) {

@@ -63,16 +63,10 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
   uint8_t* my_out = gather ? out + mine.offset * es : out;
   size_t total = 0;
   for (const auto& b : slices) total += b.count;
-  const int divisor = AverageDivisor(c, average);
-  const bool divides_apart = DividesApart(c, average);
-  auto finish = [&](uint8_t* chunk, size_t elems) {
-    if (divides_apart) FinishAverage(c, chunk, elems);
-  };
   const bool slice_streams = mine.count * es >= kStreamingBytes;
   if (!gather) {
-    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * es, mine.count, my_out,
-                                          [&](uint64_t, uint8_t* chunk, size_t elems) { finish(chunk, elems); },
-                                          {.push = false, .streaming = slice_streams, .divisor = divisor}));
+    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * es, mine.count, my_out, nullptr,
+                                          {.push = false, .streaming = slice_streams, .average = average}));
     return op.Finish();
   }
   // Below kStreamingBytes the owner of a slice pushes each combined chunk
@@ -89,20 +83,16 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
     const bool streaming =
         shared ? total * es >= SharedReduceStreamingBytes(n, c.local_group()->ranks_share_cpus, l3_bytes)
                : slice_streams;
-    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * es, mine.count, my_out,
-                                          [&](uint64_t, uint8_t* chunk, size_t elems) { finish(chunk, elems); },
-                                          {.push = true, .streaming = streaming, .divisor = divisor}));
+    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * es, mine.count, my_out, nullptr,
+                                          {.push = true, .streaming = streaming, .average = average}));
     for (int p = 0; p < n; ++p) {
       if (p != op.me()) c.CountSharedRead(p, slices[static_cast<size_t>(p)].count * es);  // written here by its owner
     }
     return op.Finish();
   }
   CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, in, mine.offset * es, mine.count, my_out,
-                                        [&](uint64_t k, uint8_t* chunk, size_t elems) {
-                                          finish(chunk, elems);
-                                          op.SetProgress(k + 1);
-                                        },
-                                        {.push = false, .streaming = slice_streams, .divisor = divisor}));
+                                        [&](uint64_t k, uint8_t*, size_t) { op.SetProgress(k + 1); },
+                                        {.push = false, .streaming = slice_streams, .average = average}));
   const size_t chunk = std::max<size_t>(1, kCmaChunkBytes / es);
   for (int s = 1; s < n; ++s) {
     const int p = (op.me() + s) % n;
@@ -119,11 +109,11 @@ Status CmaReduceWith(AreaOp& op, const uint8_t* in, uint8_t* out, const Blocks& 
 }
 
 Status ReduceScatterCma(Context& c, const OpArgs& a) {
-  Blocks blocks = EvenBlocks(a.count * static_cast<size_t>(c.size()), c.size());
-  CHOIR_RETURN_IF_ERROR(CmaReduceScatterBlocks(c, static_cast<const uint8_t*>(a.send),
-                                               static_cast<uint8_t*>(a.recv), blocks));
-  FinishAverage(c, a.recv, a.count);
-  return Status::Ok();
+  AreaOp op(c);
+  CHOIR_RETURN_IF_ERROR(ExchangeAddresses(op, a.send, a.recv));
+  return CmaReduceWith(op, static_cast<const uint8_t*>(a.send), static_cast<uint8_t*>(a.recv),
+                       EvenBlocks(a.count * static_cast<size_t>(c.size()), c.size()), /*gather=*/false,
+                       /*average=*/true);
 }
 
 Status AllgatherCma(Context& c, const OpArgs& a) {
@@ -185,11 +175,11 @@ Status ReduceCmaWith(AreaOp& op, const uint8_t* send, uint8_t* recv, size_t coun
   const double combine = CmaReduceCombineCost(c.HostSwitchTable(), op.ReduceShared(root_rank));
   const Blocks slices = ReduceSlices(count, c.size(), root_rank, combine);
   const auto& mine = slices[static_cast<size_t>(op.me())];
-  auto average = [&](uint64_t, uint8_t* chunk, size_t elems) { FinishAverage(c, chunk, elems); };
   if (root) {
     uint8_t* out = recv + mine.offset * es;
-    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, send, mine.offset * es, mine.count, out, average,
-                                          {.push = false, .streaming = count * es >= kStreamingBytes}));
+    CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, send, mine.offset * es, mine.count, out, nullptr,
+                                          {.push = false, .streaming = count * es >= kStreamingBytes,
+                                           .average = true}));
     for (int p = 0; p < op.size(); ++p) {
       if (p != op.me()) c.CountSharedRead(p, slices[static_cast<size_t>(p)].count * es);  // written here by its owner
     }
@@ -200,7 +190,7 @@ Status ReduceCmaWith(AreaOp& op, const uint8_t* send, uint8_t* recv, size_t coun
     for (size_t done = 0; done < mine.count; done += piece) {
       const size_t m = std::min(piece, mine.count - done);
       const uint64_t off = (mine.offset + done) * es;
-      CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, send, off, m, tmp, average, {}));
+      CHOIR_RETURN_IF_ERROR(ReduceFromPeers(op, send, off, m, tmp, nullptr, {.average = true}));
       CHOIR_RETURN_IF_ERROR(CopyToPeer(op, root_rank, root_out + off, tmp, m * es));
     }
   }

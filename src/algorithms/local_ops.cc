@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "algorithms/algorithms.h"
 #include "base/hash.h"
 #include "kernels/reduce.h"
 
@@ -642,6 +643,8 @@ Status ReduceFromPeers(AreaOp& op, const uint8_t* own,
   const size_t chunk = std::max<size_t>(1, kCmaChunkBytes / es);
   const bool push = walk.push;
   const bool streaming = walk.streaming;
+  const int divisor = AverageDivisor(c, walk.average);
+  const bool divides_apart = DividesApart(c, walk.average);
   // n chunks: the peers' inputs, plus (pushing and streaming) the combined
   // chunk, kept in the cache for the pushes while `dst` gets streaming stores.
   const size_t chunks = static_cast<size_t>(n) + (push && streaming ? 1 : 0);
@@ -672,12 +675,14 @@ Status ReduceFromPeers(AreaOp& op, const uint8_t* own,
     }
     uint8_t* out = dst + done * es;
     if (!push) {
-      kernels::ReduceMany(out, srcs.data(), n, m, c.dtype(), c.op(), streaming, walk.divisor);
+      kernels::ReduceMany(out, srcs.data(), n, m, c.dtype(), c.op(), streaming, divisor);
+      if (divides_apart) FinishAverage(c, out, m);
       if (on_chunk) on_chunk(k, out, m);
       continue;
     }
     uint8_t* result = streaming ? combined : out;
-    kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), false, walk.divisor);
+    kernels::ReduceMany(result, srcs.data(), n, m, c.dtype(), c.op(), false, divisor);
+    if (divides_apart) FinishAverage(c, result, m);
     if (on_chunk) on_chunk(k, result, m);
     if (streaming) kernels::CopyBytes(out, result, m * es, /*nontemporal=*/true);
     for (int s = 1; s < n; ++s) {

@@ -294,9 +294,10 @@ struct ReduceWalk {
   bool push = false;
   // `dst` (and the pushes into SharedBuffers) with streaming stores.
   bool streaming = false;
-  // Above 1: an average, divided by the kernel before its stores
-  // (AverageDivisor; on_chunk then gets the divided result).
-  int divisor = 1;
+  // Finishes ReduceOp::kAvg: the kernel divides before its stores where
+  // the type allows (AverageDivisor), else each finished chunk is divided
+  // apart (DividesApart); on_chunk gets the divided result either way.
+  bool average = false;
 };
 // dst = combination over every local rank of the `elems` elements at byte
 // offset `offset` of their `send` buffers (this rank's from `own`), chunk by

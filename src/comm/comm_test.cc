@@ -937,10 +937,16 @@ TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
       so.dtypes = {DataType::kFloat32};
       so.counts = {300001, 1310733, 2200001};  // blocks below and above kStreamingBytes
       so.in_place = true;
-      // The average too: the walks that pull the slices' results divide
-      // it in the kernel (2 ranks multiply by 1/2, 3 divide).
+      // The average too: every cma walk divides float32 in the kernel (2
+      // ranks multiply by 1/2, 3 divide).
       so.reduce_ops = {ReduceOp::kSum, ReduceOp::kAvg};
       so.algorithm = "cma";
+      CHOIR_RETURN_IF_ERROR(CheckSweep(comm, so));
+      // Types whose average is divided apart, chunk by chunk, past one chunk.
+      so.ops = {"allreduce", "reduce_scatter", "reduce"};
+      so.dtypes = {DataType::kInt32, DataType::kBFloat16};
+      so.counts = {300001};
+      so.reduce_ops = {ReduceOp::kAvg};
       return CheckSweep(comm, so);
     }, TransportOptions("shm", 60s));
     ExpectAllOk(results);
