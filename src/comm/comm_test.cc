@@ -942,10 +942,12 @@ TEST(CommLargeTest, CmaLargeBuffersMatchReference) {
       so.reduce_ops = {ReduceOp::kSum, ReduceOp::kAvg};
       so.algorithm = "cma";
       CHOIR_RETURN_IF_ERROR(CheckSweep(comm, so));
-      // Types whose average is divided apart, chunk by chunk, past one chunk.
+      // Types whose average is divided apart, chunk by chunk: slices of
+      // one and of several chunks, and (2200001) every slice of several,
+      // the reduce_scatter's and the reduce root's streamed.
       so.ops = {"allreduce", "reduce_scatter", "reduce"};
       so.dtypes = {DataType::kInt32, DataType::kBFloat16};
-      so.counts = {300001};
+      so.counts = {300001, 2200001};
       so.reduce_ops = {ReduceOp::kAvg};
       return CheckSweep(comm, so);
     }, TransportOptions("shm", 60s));
