@@ -146,6 +146,36 @@ class EverySizeTarget(unittest.TestCase):
         self.assertEqual(rows_of(lines, "| every size"), [])
 
 
+class RatioTarget(unittest.TestCase):
+    def test_a_missed_size_gives_its_ratio_launch_by_launch_against_the_same_peer(self):
+        # allgather at 1 MiB: medians 12 against 8 (1.50x, met); at 4 MiB 11 against 8 (1.38x,
+        # missed), the repeats 1.36x, 1.62x, 1.10x against Open MPI, the best peer by median
+        # (MPICH, slower, does not count). Choir's third launch at 16 MiB failed: there the
+        # medians are 4.5 against 4 (1.12x) and two repeats pair, 3.00x and 0.75x.
+        res = run({
+            ("choir", "allgather"): [[(1 << 20, 12.0, "shm_pipe"), (4 << 20, 11.0, "shm_pipe"), (16 << 20, 6.0, "shm_pipe")],
+                                     [(1 << 20, 12.0, "shm_pipe"), (4 << 20, 13.0, "shm_pipe"), (16 << 20, 3.0, "shm_pipe")],
+                                     [(1 << 20, 12.0, "shm_pipe"), (4 << 20, 8.8, "shm_pipe")]],
+            ("openmpi", "allgather"): [[(1 << 20, 8.0, None), (4 << 20, 8.1, None), (16 << 20, 2.0, None)],
+                                       [(1 << 20, 8.0, None), (4 << 20, 8.0, None), (16 << 20, 4.0, None)],
+                                       [(1 << 20, 8.0, None), (4 << 20, 8.0, None), (16 << 20, 9.0, None)]],
+            ("mpich", "allgather"): [[(1 << 20, 1.0, None), (4 << 20, 1.0, None), (16 << 20, 1.0, None)]] * 3,
+        })
+        lines = targets(res, ["choir", "openmpi", "mpich"], ["allgather"])
+        self.assertEqual(rows_of(lines, "| allgather"), [
+            "| allgather ≥ 1.5x at 1 MiB–256 MiB | heap | 1 MiB, 4 MiB, 16 MiB | 1.12x – 1.50x | no: "
+            "4 MiB 1.38x, launch by launch 1.10x–1.62x, 1.5x or more in 1 of 3 repeats; "
+            "16 MiB 1.12x, launch by launch 0.75x–3.00x, 1.5x or more in 1 of 2 repeats |"])
+
+    def test_a_met_target_has_no_launch_figures(self):
+        res = run({
+            ("choir", "broadcast"): [[(1 << 20, 3.0, "shm_pipe")]] * 2,
+            ("openmpi", "broadcast"): [[(1 << 20, 2.0, None)]] * 2,
+        })
+        self.assertEqual(rows_of(targets(res, ["choir", "openmpi"], ["broadcast"]), "| broadcast"), [
+            "| broadcast ≥ 1.5x at 1 MiB–256 MiB | heap | 1 MiB | 1.50x – 1.50x | yes |"])
+
+
 class ScalingTarget(unittest.TestCase):
     """choir's N-rank share of its 2-rank allreduce, and the memory ceiling's own share beside it."""
 
