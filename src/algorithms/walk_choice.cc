@@ -191,7 +191,12 @@ StagingChooser::Stores StagingChooser::Choose(CollKind kind, size_t bytes, Store
   // last measured (or than the smaller size): a spell started or ended,
   // and the other's figure is stale.
   const bool changed = in_use > kChange * e.ref || kChange * in_use < e.ref;
-  if (call % period == period / 2 || changed) {
+  // A try that led is confirmed by one kLeadSpacing calls after it,
+  // unless one has begun since: a steady lead of a class's first try takes
+  // over at call 20, not after the periodic tries at 32 and 96.
+  const bool confirm =
+      e.leads == 1 && call >= e.lead_start + kLeadSpacing && e.try_start < e.lead_start + kLeadSpacing;
+  if (call % period == period / 2 || changed || confirm) {
     e.ref = in_use;
     return StartTry(e, kTryCalls);
   }

@@ -158,7 +158,8 @@ class WalkChooser {
 // figure is below kAwayMargin (for the kind that is not home) or
 // kHomeMargin (for the home kind) times its own, or below kLeadMargin
 // times it in kLeadTries tries in a row (kLeadSpacing calls apart at
-// least), and a try of kTryCalls
+// least; a try that leads brings the next one forward to kLeadSpacing
+// calls after it), and a try of kTryCalls
 // calls of the other kind comes once per kExplorePeriod calls
 // (kRareExplorePeriod when the
 // other kind measured at least twice as slow), and at once when the kind
@@ -214,7 +215,12 @@ class StagingChooser {
   // 1.13x-1.92x faster than streaming, the home kind there, in every cell
   // of 2026-12-05 (256 KiB-16 MiB, five collectives), while on 2026-12-04
   // it had run 1.19x-2.49x slower; under the half-time margin alone auto
-  // kept streaming (docs/algorithms.md, "The pipe's store kind").
+  // kept streaming (docs/algorithms.md, "The pipe's store kind"). The
+  // second try comes kLeadSpacing calls after one that led, not at the next
+  // period: on that VM on 2026-12-07, plain ahead 1.5x-2.2x, the tries at
+  // 32 and 96 kept launches of 30 calls per size (`benchmarks/compare`'s
+  // at 16 MiB) streaming throughout, and confirming at 17 ran them
+  // 1.50x-1.84x faster (paired medians, 8 interleaved launches).
   static constexpr double kLeadMargin = 0.8;
   static constexpr int kLeadTries = 2;
   static constexpr uint64_t kLeadSpacing = kExplorePeriod / 4;

@@ -261,8 +261,9 @@ TEST(StagingChooserTest, StreamingTakesOverAtOnceWhenFasterAndIsLeftOnlyForRareT
 
 // The kind that is not home takes over at once in less than half the
 // home kind's time, or on a lead of two tries in a row below 0.8 of it:
-// from the first decision after the first periodic try (calls 32-34; calls
-// 1-2 were the first try), call 35. At 0.81 of it, never.
+// calls 1-2 were the first try, which led, so the second comes
+// kLeadSpacing calls after it (calls 17-19) and the kind changes at the
+// decision after it, call 20. At 0.81 of it, never.
 TEST(StagingChooserTest, StreamingTakesOverInHalfThePlainTimeOrOnASteadyLead) {
   auto plain_calls = [](int64_t streaming) {
     StagingChooser c;
@@ -270,7 +271,7 @@ TEST(StagingChooserTest, StreamingTakesOverInHalfThePlainTimeOrOnASteadyLead) {
                                     [streaming](int, Stores s) -> int64_t { return s == Stores::kPlain ? 100'000 : streaming; });
     return CallsTaking(kinds, Stores::kPlain);
   };
-  const std::vector<int> after_two_tries = Concat({0, 3, 4, 5}, Concat(Range(6, 32), TryCalls(35, 3 * kStagePeriod, kStagePeriod)));
+  const std::vector<int> after_two_tries = Concat({0, 3, 4, 5}, Concat(Range(6, 17), TryCalls(20, 3 * kStagePeriod, kStagePeriod)));
   EXPECT_EQ(plain_calls(49'000), Concat({0, 3, 4, 5}, TryCalls(6, 3 * kStagePeriod, kStageRarePeriod)));
   EXPECT_EQ(plain_calls(51'000), after_two_tries);
   EXPECT_EQ(plain_calls(79'000), after_two_tries);
@@ -281,16 +282,19 @@ TEST(StagingChooserTest, StreamingTakesOverInHalfThePlainTimeOrOnASteadyLead) {
 }
 
 // A lead in one try and not in the next is no steady lead; two tries in a
-// row after an even one are.
+// row after an even one are. A try that leads brings the next one forward
+// to kLeadSpacing calls after it.
 TEST(StagingChooserTest, ALeadMustHoldForTwoTriesInARow) {
   StagingChooser c;
   const auto kinds = DriveStaging(c, CollKind::kAllreduce, kBytes, 3 * kStagePeriod, [](int call, Stores s) -> int64_t {
     if (s == Stores::kPlain) return 100'000;
     return call < 10 || call >= 64 ? 70'000 : 100'000;  // ahead in calls 1-2 and in the tries at 96 and 160
   });
-  // Even in the try at 32: the lead starts again; ahead at 96 and 160:
-  // streaming from 163.
-  EXPECT_EQ(CallsTaking(kinds, Stores::kStreaming), Concat({1, 2, 32, 33, 34, 96, 97, 98}, Range(160, 3 * kStagePeriod)));
+  // Ahead in calls 1-2, even in the confirming try at 17 and the periodic
+  // one at 32: no lead; ahead at 96 and in its confirming try at 112:
+  // streaming from 115, plain tried at 160-162.
+  EXPECT_EQ(CallsTaking(kinds, Stores::kStreaming),
+            Concat({1, 2, 17, 18, 19, 32, 33, 34, 96, 97, 98}, Concat(Range(112, 160), Range(163, 3 * kStagePeriod))));
 }
 
 // Where streaming stores are home (the Zen 5 table), the choice mirrors
@@ -308,13 +312,14 @@ TEST(StagingChooserTest, StreamingAtHomeStartsStreamingAndPlainTakesOverAsStream
       close, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
       [](int, Stores s) -> int64_t { return s == Stores::kStreaming ? 100'000 : 81'000; }, Stores::kStreaming);
   EXPECT_EQ(CallsTaking(still, Stores::kPlain), Concat({1, 2}, TryCalls(5, 3 * kStagePeriod, kStagePeriod)));
-  // Plain steadily ahead (0.7x): taken after the second try in a row.
+  // Plain steadily ahead (0.7x): taken after the second try in a row, the
+  // one kLeadSpacing calls after the first (calls 17-19).
   StagingChooser lead;
   const auto led = DriveStaging(
       lead, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
       [](int, Stores s) -> int64_t { return s == Stores::kStreaming ? 100'000 : 70'000; }, Stores::kStreaming);
   EXPECT_EQ(CallsTaking(led, Stores::kStreaming),
-            Concat({0, 3, 4, 5}, Concat(Range(6, 32), TryCalls(35, 3 * kStagePeriod, kStagePeriod))));
+            Concat({0, 3, 4, 5}, Concat(Range(6, 17), TryCalls(20, 3 * kStagePeriod, kStagePeriod))));
   StagingChooser ahead;
   const auto taken = DriveStaging(
       ahead, CollKind::kAllreduce, kBytes, 3 * kStagePeriod,
@@ -427,7 +432,9 @@ TEST(StagingChooserTest, OneSlowFirstFigureDoesNotHandTheClassOver) {
 
 // Tries close together count as one lead: the two a slow first figure
 // starts (calls 2-4 and 7-9, as above) find plain ahead at 0.75x, but
-// plain takes over only after the periodic try at 32-34 leads too.
+// plain takes over only after a try kLeadSpacing calls after the first
+// (18-20) leads too; the one at 7, too close, neither counts nor puts the
+// confirming try off.
 TEST(StagingChooserTest, TriesCloseTogetherCountAsOneLead) {
   StagingChooser c;
   DriveStaging(
@@ -440,7 +447,7 @@ TEST(StagingChooserTest, TriesCloseTogetherCountAsOneLead) {
         return s == Stores::kPlain ? 300'000 : 400'000;
       },
       Stores::kStreaming);
-  EXPECT_EQ(CallsTaking(kinds, Stores::kPlain), Concat({2, 3, 4, 7, 8, 9, 32, 33, 34}, Range(35, kStagePeriod)));
+  EXPECT_EQ(CallsTaking(kinds, Stores::kPlain), Concat({2, 3, 4, 7, 8, 9}, Concat(Range(18, 32), Range(35, kStagePeriod))));
 }
 
 TEST(StagingChooserTest, TheColdFirstCallIsDropped) {
