@@ -191,9 +191,13 @@ StagingChooser::Stores StagingChooser::Choose(CollKind kind, size_t bytes, Store
   // last measured (or than the smaller size): a spell started or ended,
   // and the other's figure is stale.
   const bool changed = in_use > kChange * e.ref || kChange * in_use < e.ref;
-  // A try that led is confirmed by one kLeadSpacing calls after it,
-  // unless one has begun since: a steady lead of a class's first try takes
-  // over at call 20, not after the periodic tries at 32 and 96.
+  // A try that led is confirmed by one kLeadSpacing calls after it, unless
+  // a try has begun that late already (one begun sooner does not count,
+  // nor put this one off): a steady lead found in calls 1-2 of a
+  // communicator's first class takes over at call 20, not after the
+  // periodic tries at 32 and 96. Only the home kind meets this rule: with
+  // the other kind in use, any lead is below kHomeMargin and takes over at
+  // once.
   const bool confirm =
       e.leads == 1 && call >= e.lead_start + kLeadSpacing && e.try_start < e.lead_start + kLeadSpacing;
   if (call % period == period / 2 || changed || confirm) {

@@ -224,6 +224,8 @@ class StagingChooser {
   static constexpr double kLeadMargin = 0.8;
   static constexpr int kLeadTries = 2;
   static constexpr uint64_t kLeadSpacing = kExplorePeriod / 4;
+  // So a lead needs confirming only while the home kind is in use.
+  static_assert(kLeadMargin < kHomeMargin);
   // Under auto, smaller walks (the whole buffer) stage with the home kind
   // and are not timed (CHOIR_SHM_STAGING=streaming streams every size).
   static constexpr size_t kMinBytes = 256 * 1024;

@@ -288,7 +288,7 @@ TEST(StagingChooserTest, ALeadMustHoldForTwoTriesInARow) {
   StagingChooser c;
   const auto kinds = DriveStaging(c, CollKind::kAllreduce, kBytes, 3 * kStagePeriod, [](int call, Stores s) -> int64_t {
     if (s == Stores::kPlain) return 100'000;
-    return call < 10 || call >= 64 ? 70'000 : 100'000;  // ahead in calls 1-2 and in the tries at 96 and 160
+    return call < 10 || call >= 64 ? 70'000 : 100'000;  // ahead in calls 1-2 and from call 64
   });
   // Ahead in calls 1-2, even in the confirming try at 17 and the periodic
   // one at 32: no lead; ahead at 96 and in its confirming try at 112:
