@@ -305,6 +305,10 @@ bool StagingStreamsFirst(SwitchTable table, bool shares_cpus) {
   // reduce_scatter at 64-128 KiB (0.96x-0.98x). 4 ranks on the 2 cores,
   // 5 launches at 256 KiB-16 MiB: 0.80x-1.75x, mostly level; they keep
   // plain stores first. docs/performance-log.md, "The AMD EPYC Zen 5 host".
+  // The same host has since run the other way round at times (plain
+  // 1.5x-2.2x faster at 4-64 MiB on 2026-12-07, "The Zen 5 host again"):
+  // the home kind is where the chooser starts, and it takes the other on
+  // a steady lead (walk_choice.h).
   return table == SwitchTable::kAmdZen5 && !shares_cpus;
 }
 
