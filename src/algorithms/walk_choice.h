@@ -220,7 +220,8 @@ class StagingChooser {
   // period: on that VM on 2026-12-07, plain ahead 1.5x-2.2x, the tries at
   // 32 and 96 kept launches of 30 calls per size (`benchmarks/compare`'s
   // at 16 MiB) streaming throughout, and confirming at 17 ran them
-  // 1.50x-1.84x faster (paired medians, 8 interleaved launches).
+  // 1.50x-1.84x faster (paired medians, 8 interleaved launches); when
+  // streaming led again within the hour, 0.98x-1.02x.
   static constexpr double kLeadMargin = 0.8;
   static constexpr int kLeadTries = 2;
   static constexpr uint64_t kLeadSpacing = kExplorePeriod / 4;
