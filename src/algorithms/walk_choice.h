@@ -217,11 +217,11 @@ class StagingChooser {
   // it had run 1.19x-2.49x slower; under the half-time margin alone auto
   // kept streaming (docs/algorithms.md, "The pipe's store kind"). The
   // second try comes kLeadSpacing calls after one that led, not at the next
-  // period: on that VM on 2026-12-07, plain ahead 1.5x-2.2x, the tries at
-  // 32 and 96 kept launches of 30 calls per size (`benchmarks/compare`'s
-  // at 16 MiB) streaming throughout, and confirming at 17 ran them
-  // 1.50x-1.84x faster (paired medians, 8 interleaved launches); when
-  // streaming led again within the hour, 0.98x-1.02x.
+  // period: on that VM on 2026-12-07, plain ahead 1.5x-2.2x, launches of
+  // 30 calls per size (`benchmarks/compare`'s at 16 MiB) ended before the
+  // periodic try at call 32 and streamed throughout; confirming at 17 ran
+  // them 1.50x-1.84x faster (paired medians, 8 interleaved launches), and
+  // 0.98x-1.02x when streaming led again within the hour.
   static constexpr double kLeadMargin = 0.8;
   static constexpr int kLeadTries = 2;
   static constexpr uint64_t kLeadSpacing = kExplorePeriod / 4;
